@@ -1,0 +1,2 @@
+"""rollwise: RLVR that spends rollouts only where they teach."""
+__version__ = "0.1.0"

@@ -1,0 +1,154 @@
+"""The learner: a Batch of groups -> one policy update (advantages, loss, correction, AdamW).
+
+Parts are looked up by name in the registry, so this file never changes when a new estimator,
+loss or correction is added.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ..core import registry
+from ..core.types import Batch
+from .advantages import AdvInput
+from .corrections import CorrectionInput
+from .losses import AggTotals, LossInput
+
+
+@dataclass
+class LearnerConfig:
+    lr: float = 1e-4
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    grad_clip: float = 1.0
+    minibatches: int = 2  # optimizer steps per rollout batch
+    epochs: int = 1  # passes over the rollout batch
+    micro_batch_rows: int = 128  # rows per forward/backward (memory only; results do not change)
+    advantage: str = "grpo"
+    advantage_options: dict = field(default_factory=dict)
+    loss: str = "ppo-clip"
+    loss_options: dict = field(default_factory=dict)
+    loss_agg: str = "token-mean"
+    loss_agg_options: dict = field(default_factory=dict)
+    correction: str = "none"
+    correction_options: dict = field(default_factory=dict)
+    recompose: str = "none"  # batch recomposition between Replay and the learner (RoRecomp, Shuffle-R1)
+    recompose_options: dict = field(default_factory=dict)
+    kl_coef: float = 0.0  # KL(pi_theta || pi_ref) penalty (k3 estimator); needs a reference policy
+    drop_zero_adv: bool = True  # rows whose advantage is 0 everywhere carry no gradient: skip them
+    recompute_old: bool = True  # pi_old from a fresh forward (else: use the behaviour log-probs mu)
+    temperature: float = 1.0  # must match the engine's sampling temperature
+
+
+class Learner:
+    def __init__(self, policy, cfg: LearnerConfig, ref_policy=None, seed: int = 0):
+        self.policy, self.cfg, self.ref = policy, cfg, ref_policy
+        if cfg.kl_coef > 0 and ref_policy is None:
+            raise ValueError("kl_coef > 0 needs a reference policy")
+        self.opt = torch.optim.AdamW(policy.model.parameters(), lr=cfg.lr, betas=cfg.betas,
+                                     weight_decay=cfg.weight_decay)
+        self.gen = torch.Generator().manual_seed(seed)  # minibatch shuffling
+        self.advantage = registry.get("advantage", cfg.advantage).obj
+        self.loss = registry.get("loss", cfg.loss).obj
+        self.agg = registry.get("aggregation", cfg.loss_agg).obj
+        self.correction = registry.get("correction", cfg.correction).obj
+        self.recompose = None if cfg.recompose == "none" else registry.get("recompose", cfg.recompose).obj
+
+    def update(self, batch: Batch) -> dict[str, float]:
+        cfg = self.cfg
+        if self.recompose is not None:
+            batch = self.recompose(batch, self.gen, **cfg.recompose_options)
+        rollouts = batch.rollouts
+        stats = {"batch_groups": len(batch.groups), "batch_rollouts": len(rollouts),
+                 "zero_var_frac": (sum(g.zero_variance for g in batch.groups) / len(batch.groups)
+                                   if batch.groups else 0.0)}
+        if not rollouts:
+            return stats | {"updated": 0}
+        prompts = [r.prompt_ids for r in rollouts]
+        responses = [r.token_ids_T.tolist() for r in rollouts]
+        group_N = torch.tensor([gi for gi, g in enumerate(batch.groups) for _ in g.rollouts])
+        rewards_N = torch.tensor([r.reward for r in rollouts], dtype=torch.float32)
+        behav_NT, mask_NT = _pad([r.logprobs_T for r in rollouts]), _pad([torch.ones(r.num_tokens) for r in rollouts])
+        token_ids_NT = _pad([r.token_ids_T.float() for r in rollouts]).long()
+        entropy_NT = _pad([torch.full((r.num_tokens,), r.entropy) for r in rollouts])
+
+        adv = self.advantage(AdvInput(rewards_N, group_N, mask_NT, token_ids_NT, entropy_NT),
+                             **cfg.advantage_options)
+        adv_NT = (adv.unsqueeze(1) if adv.dim() == 1 else adv).expand_as(mask_NT) * mask_NT
+        stats["mean_abs_adv"] = float(adv_NT.abs().sum(1).div(mask_NT.sum(1).clamp(min=1)).mean())
+
+        rows = torch.arange(len(rollouts))
+        if cfg.drop_zero_adv:
+            rows = rows[(adv_NT != 0).any(1)]
+        stats["learn_rows"] = int(rows.numel())
+        if rows.numel() == 0:
+            return stats | {"updated": 0}
+
+        with torch.no_grad():  # pi_old and pi_ref, once per batch
+            old_NT = (self._logp(prompts, responses, rows)[0] if cfg.recompute_old else behav_NT[rows])
+            ref_NT = self._logp(prompts, responses, rows, policy=self.ref)[0] if cfg.kl_coef > 0 else None
+
+        self.policy.model.train()
+        log = {"loss": 0.0, "entropy": 0.0, "clip_frac": 0.0, "kl": 0.0, "grad_norm": 0.0}
+        n_updates = 0
+        for _ in range(cfg.epochs):
+            order = torch.randperm(rows.numel(), generator=self.gen)
+            for mb in order.chunk(min(cfg.minibatches, rows.numel())):
+                totals = AggTotals(tokens=int(mask_NT[rows[mb]].sum()), seqs=int(mb.numel()))
+                self.opt.zero_grad(set_to_none=True)
+                for micro in mb.split(cfg.micro_batch_rows):
+                    idx = rows[micro]
+                    logp, ent = self._logp(prompts, responses, idx, with_grad=True)
+                    T = logp.shape[1]
+                    m, old, beh = mask_NT[idx, :T], old_NT[micro, :T], behav_NT[idx, :T]
+                    weight, keep = self.correction(CorrectionInput(logp, old, beh, m), **cfg.correction_options)
+                    m = m * keep
+                    loss_NT, lstats = self.loss(LossInput(logp, old, adv_NT[idx, :T], m, weight), **cfg.loss_options)
+                    if ref_NT is not None:  # k3 estimator of KL(pi || ref), Schulman 2020
+                        d = ref_NT[micro, :T] - logp
+                        kl_NT = torch.exp(d) - d - 1
+                        loss_NT = loss_NT + cfg.kl_coef * kl_NT
+                        log["kl"] += float((kl_NT.detach() * m).sum()) / max(totals.tokens, 1)
+                    loss = self.agg(loss_NT, m, totals, **cfg.loss_agg_options)
+                    loss.backward()
+                    log["loss"] += float(loss)
+                    log["entropy"] += float((ent * m).sum()) / max(totals.tokens, 1)
+                    log["clip_frac"] += float((lstats["clipped_NT"].float() * m).sum()) / max(totals.tokens, 1)
+                gn = torch.nn.utils.clip_grad_norm_(self.policy.model.parameters(), cfg.grad_clip)
+                log["grad_norm"] += float(gn)
+                self.opt.step()
+                n_updates += 1
+        self.policy.model.eval()
+        self.policy.version += 1
+        stats.update({k: v / n_updates for k, v in log.items()})
+        stats["updated"] = 1
+        stats["learner_tokens"] = int(mask_NT[rows].sum() + sum(len(prompts[i]) for i in rows.tolist())) * cfg.epochs
+        return stats
+
+    def _logp(self, prompts, responses, idx, policy=None, with_grad=False):
+        """Response log-probs for rows idx, in micro-batches when no grad is needed."""
+        policy = policy or self.policy
+        idx = idx.tolist()
+        if with_grad:
+            lp, ent, _ = policy.response_logprobs([prompts[i] for i in idx], [responses[i] for i in idx],
+                                                  self.cfg.temperature)
+            return lp, ent
+        outs, T = [], max(len(responses[i]) for i in idx)
+        for s in range(0, len(idx), self.cfg.micro_batch_rows):
+            part = idx[s: s + self.cfg.micro_batch_rows]
+            lp, _, _ = policy.response_logprobs([prompts[i] for i in part], [responses[i] for i in part],
+                                                self.cfg.temperature)
+            outs.append(torch.nn.functional.pad(lp, (0, T - lp.shape[1])))
+        return torch.cat(outs), None
+
+    def state_dict(self) -> dict:
+        return {"opt": self.opt.state_dict(), "gen": self.gen.get_state()}
+
+    def load_state_dict(self, s: dict) -> None:
+        self.opt.load_state_dict(s["opt"])
+        self.gen.set_state(s["gen"])
+
+
+def _pad(seqs: list[torch.Tensor]) -> torch.Tensor:
+    return torch.nn.utils.rnn.pad_sequence([s.float() for s in seqs], batch_first=True)
