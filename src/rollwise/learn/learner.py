@@ -53,7 +53,8 @@ class Learner:
         self.loss = registry.get("loss", cfg.loss).obj
         self.agg = registry.get("aggregation", cfg.loss_agg).obj
         self.correction = registry.get("correction", cfg.correction).obj
-        self.recompose = None if cfg.recompose == "none" else registry.get("recompose", cfg.recompose).obj
+        rc = None if cfg.recompose == "none" else registry.get("recompose", cfg.recompose).obj
+        self.recompose = rc() if isinstance(rc, type) else rc  # a class is a stateful recomposer (RoRecomp)
 
     def update(self, batch: Batch) -> dict[str, float]:
         cfg = self.cfg
@@ -73,8 +74,10 @@ class Learner:
         token_ids_NT = _pad([r.token_ids_T.float() for r in rollouts]).long()
         entropy_NT = _pad([torch.full((r.num_tokens,), r.entropy) for r in rollouts])
 
-        adv = self.advantage(AdvInput(rewards_N, group_N, mask_NT, token_ids_NT, entropy_NT),
-                             **cfg.advantage_options)
+        adv = getattr(batch, "adv_N", None)  # a recomposer computed them in the original groups (spec E4)
+        if adv is None:
+            adv = self.advantage(AdvInput(rewards_N, group_N, mask_NT, token_ids_NT, entropy_NT),
+                                 **cfg.advantage_options)
         adv_NT = (adv.unsqueeze(1) if adv.dim() == 1 else adv).expand_as(mask_NT) * mask_NT
         stats["mean_abs_adv"] = float(adv_NT.abs().sum(1).div(mask_NT.sum(1).clamp(min=1)).mean())
 
@@ -103,16 +106,16 @@ class Learner:
                     T = logp.shape[1]
                     m, old, beh = mask_NT[idx, :T], old_NT[micro, :T], behav_NT[idx, :T]
                     weight, keep = self.correction(CorrectionInput(logp, old, beh, m), **cfg.correction_options)
-                    m = m * keep
+                    m0, m = m, m * keep  # m0: pre-mask, for the denominators (spec E2)
                     loss_NT, lstats = self.loss(LossInput(logp, old, adv_NT[idx, :T], m, weight), **cfg.loss_options)
                     if ref_NT is not None:  # k3 estimator of KL(pi || ref), Schulman 2020
                         d = ref_NT[micro, :T] - logp
                         kl_NT = torch.exp(d) - d - 1
                         loss_NT = loss_NT + cfg.kl_coef * kl_NT
                         log["kl"] += float((kl_NT.detach() * m).sum()) / max(totals.tokens, 1)
-                    loss = self.agg(loss_NT, m, totals, **cfg.loss_agg_options)
+                    loss = self.agg(loss_NT * keep, m0, totals, **cfg.loss_agg_options)
                     loss.backward()
-                    log["loss"] += float(loss)
+                    log["loss"] += float(loss.detach())
                     log["entropy"] += float((ent * m).sum()) / max(totals.tokens, 1)
                     log["clip_frac"] += float((lstats["clipped_NT"].float() * m).sum()) / max(totals.tokens, 1)
                 gn = torch.nn.utils.clip_grad_norm_(self.policy.model.parameters(), cfg.grad_clip)

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
 from .tiny import MODEL_TYPE, TinyConfig, TinyGPT
 
@@ -31,13 +31,14 @@ class Policy:
         cfg_file = path / "config.json"
         if not cfg_file.exists():
             raise FileNotFoundError(f"{path}: not a checkpoint directory (no config.json)")
-        tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
         cfg = json.loads(cfg_file.read_text())
         if cfg.get("model_type") == MODEL_TYPE:
+            tokenizer = PreTrainedTokenizerFast.from_pretrained(str(path), local_files_only=True)
             cfg.pop("model_type")
             model = TinyGPT(TinyConfig(**cfg))
             model.load_state_dict(load_file(str(path / "model.safetensors")))
             return cls(model, tokenizer, "tiny")
+        tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True,
                                                      dtype=torch.float32)
         if tokenizer.eos_token_id is None:

@@ -1,0 +1,53 @@
+"""`rollwise bench`: equal-budget comparison of planners against GRPO (see runner.py and report.py)."""
+from __future__ import annotations
+
+import shlex
+import sys
+
+from .runner import MIXES, BenchConfig, run_all
+
+QUICK = dict(planners=["uniform", "dapo", "greso", "oracle"], seeds=2, budget_tokens=60_000, eval_size=500)
+
+
+def add_bench_parser(sub) -> None:
+    p = sub.add_parser("bench", help="equal-budget comparison of planners against GRPO")
+    p.add_argument("--quick", action="store_true", help="a few planners, 2 seeds, small budget (~10 min on 2 cores)")
+    p.add_argument("--planners", help="comma-separated planner specs (uniform = GRPO is always included)")
+    p.add_argument("--mixes", help=f"comma-separated pool difficulty mixes: {', '.join(MIXES)}")
+    p.add_argument("--seeds", type=int)
+    p.add_argument("--budget", type=int, help="generated tokens per run")
+    p.add_argument("--jobs", type=int, default=2, help="runs at once (one core each)")
+    p.add_argument("--target", type=float, help="target held-out accuracy (default: GRPO's median final)")
+    p.add_argument("--eval-size", type=int, dest="eval_size")
+    p.add_argument("--out", default="bench-out")
+    p.add_argument("--report-only", action="store_true", help="rebuild the report from finished runs")
+    p.set_defaults(func=cmd_bench)
+
+
+def cmd_bench(args) -> int:
+    from .report import markdown_table, write_report
+
+    kw = dict(QUICK) if args.quick else {}
+    if args.planners:
+        kw["planners"] = [p.strip() for p in args.planners.split(",") if p.strip()]
+    for key in ("seeds", "jobs", "eval_size"):
+        if getattr(args, key) is not None:
+            kw[key] = getattr(args, key)
+    if args.budget:
+        kw["budget_tokens"] = args.budget
+    if args.mixes:
+        kw["mixes"] = [m.strip() for m in args.mixes.split(",")]
+        bad = [m for m in kw["mixes"] if m not in MIXES]
+        if bad:
+            raise ValueError(f"unknown mix {bad[0]!r}; available: {', '.join(MIXES)}")
+    cfg = BenchConfig(out=args.out, **kw)
+    if "uniform" not in cfg.planners:
+        cfg.planners = ["uniform"] + cfg.planners
+    if not args.report_only:
+        run_all(cfg)
+    command = "rollwise " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["bench"] else "rollwise bench"
+    summary = write_report(cfg, command, args.target)
+    for mix in cfg.mixes:
+        print(f"\n## mix {mix}\n" + markdown_table(summary, mix))
+    print(f"\nreport: {args.out}/report.md, {args.out}/report.html, {args.out}/summary.json")
+    return 0

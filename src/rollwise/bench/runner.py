@@ -1,0 +1,99 @@
+"""Equal-budget benchmark runs: every (mix, planner, seed) is one `rollwise train` process with the same
+task, base checkpoint, learner settings and token budget; planners differ only in Control/Filter/Replay.
+
+Runs execute as separate processes, `jobs` at a time (one torch thread each), and a killed bench resumes:
+a finished run (its `done.json` exists) is never redone, and an unfinished one resumes from its own
+checkpoint.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# Difficulty mixes of the train pool (weights of levels 1..6). The default is chosen so that roughly
+# 30-60% of GRPO's groups are zero-variance at the base checkpoint, as the papers report on real data.
+MIXES = {
+    "default": (1, 1, 1, 1, 1, 1),
+    "easy": (4, 4, 2, 1, 0.5, 0.5),
+    "hard": (0.25, 0.25, 0.5, 1, 2, 3),
+}
+
+
+@dataclass
+class BenchConfig:
+    out: str = "bench-out"
+    planners: list[str] = field(default_factory=lambda: ["uniform", "dapo", "greso", "oracle"])
+    mixes: list[str] = field(default_factory=lambda: ["default"])
+    seeds: int = 3
+    budget_tokens: int = 120_000
+    jobs: int = 2
+    eval_every: int = 5
+    eval_size: int = 1000
+    pool_size: int = 2000
+    extra: dict = field(default_factory=dict)  # more config overrides for every run
+
+
+def run_dir(cfg: BenchConfig, mix: str, planner: str, seed: int) -> Path:
+    return Path(cfg.out) / "runs" / mix / planner.replace("+", "_plus_") / f"seed{seed}"
+
+
+def run_command(cfg: BenchConfig, mix: str, planner: str, seed: int) -> list[str]:
+    overrides = {
+        "planner": planner, "seed": seed, "steps": 100_000, "budget_tokens": cfg.budget_tokens,
+        "eval_every": cfg.eval_every, "eval_size": cfg.eval_size, "checkpoint_every": 10,
+        "task_options": {"pool_size": cfg.pool_size, "level_weights": list(MIXES[mix])},
+        **cfg.extra,
+    }
+    cmd = [sys.executable, "-m", "rollwise.cli", "train", "--out", str(run_dir(cfg, mix, planner, seed))]
+    for k, v in overrides.items():
+        cmd += ["--set", f"{k}={json.dumps(v)}"]
+    return cmd
+
+
+def run_all(cfg: BenchConfig, log=print) -> None:
+    todo = [(m, p, s) for m in cfg.mixes for p in cfg.planners for s in range(cfg.seeds)
+            if not (run_dir(cfg, m, p, s) / "done.json").exists()]
+    done_already = len(cfg.mixes) * len(cfg.planners) * cfg.seeds - len(todo)
+    if done_already:
+        log(f"bench: {done_already} runs already finished, {len(todo)} to go")
+    _ensure_base(cfg, log)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "ROLLWISE_PROGRESS": "0"}
+    running: list[tuple[subprocess.Popen, tuple, float]] = []
+    failures = []
+    while todo or running:
+        while todo and len(running) < cfg.jobs:
+            key = todo.pop(0)
+            d = run_dir(cfg, *key)
+            d.mkdir(parents=True, exist_ok=True)
+            logf = open(d / "train.log", "a")
+            proc = subprocess.Popen(run_command(cfg, *key), stdout=logf, stderr=subprocess.STDOUT, env=env)
+            running.append((proc, key, time.perf_counter()))
+        time.sleep(0.2)
+        for item in list(running):
+            proc, key, t0 = item
+            if proc.poll() is None:
+                continue
+            running.remove(item)
+            d = run_dir(cfg, *key)
+            if proc.returncode == 0:
+                (d / "done.json").write_text(json.dumps({"seconds": time.perf_counter() - t0}))
+                log(f"bench: done {key[0]}/{key[1]}/seed{key[2]} in {time.perf_counter() - t0:.0f}s")
+            else:
+                failures.append(key)
+                log(f"bench: FAILED {key[0]}/{key[1]}/seed{key[2]} (exit {proc.returncode}); see {d / 'train.log'}")
+    if failures:
+        raise RuntimeError(f"{len(failures)} bench runs failed: {failures}")
+
+
+def _ensure_base(cfg: BenchConfig, log) -> None:
+    """Build the shared base checkpoint once, before the parallel runs race to build it."""
+    from ..policy.warmstart import WarmStartConfig, base_checkpoint
+    from ..tasks.arithmetic import ArithmeticTask
+
+    ws = WarmStartConfig(**cfg.extra.get("warmstart", {}))
+    base_checkpoint(ArithmeticTask(pool_size=cfg.pool_size), ws, log=log)

@@ -1,0 +1,50 @@
+"""Held-out evaluation: greedy accuracy (with its standard error), per-level accuracy, and pass@k
+with the unbiased estimator of Chen et al. (2021). Eval rollouts are charged to the ledger as `eval`
+(off budget). Sampling for pass@k uses its own generator seeded by the step, so evaluation is a pure
+function of the weights and never shifts the training random stream.
+"""
+from __future__ import annotations
+
+from math import comb
+
+import numpy as np
+
+from ..core.ledger import Ledger
+from ..core.types import Prompt, Request
+from ..generate.torch_engine import TorchEngine
+from ..tasks.reward import Scorer
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from n samples with c correct: 1 - C(n-c, k) / C(n, k)."""
+    if k > n:
+        raise ValueError(f"pass@k needs k <= n (k={k}, n={n})")
+    if n - c < k:
+        return 1.0
+    return 1.0 - comb(n - c, k) / comb(n, k)
+
+
+def evaluate(policy, prompts: list[Prompt], scorer: Scorer, ledger: Ledger | None = None,
+             max_new_tokens: int = 16, k: int = 0, n_samples: int = 0, temperature: float = 1.0,
+             seed: int = 0) -> dict[str, float]:
+    out: dict[str, float] = {}
+    greedy = TorchEngine(policy, temperature=0.0, max_new_tokens=max_new_tokens)
+    res, pt = greedy.generate([Request(p, 1, "eval") for p in prompts], greedy=True)
+    correct = np.array([scorer.reward(g[0].text, p.answer) >= 1.0 for g, p in zip(res, prompts)], float)
+    if ledger is not None:
+        ledger.charge([r for g in res for r in g], pt)
+    out["eval_acc"] = float(correct.mean())
+    out["eval_se"] = float(correct.std(ddof=1) / np.sqrt(len(correct))) if len(correct) > 1 else 0.0
+    levels = np.array([p.level for p in prompts])
+    for lv in sorted(set(levels.tolist())):
+        if lv >= 0:
+            out[f"eval_acc_L{lv}"] = float(correct[levels == lv].mean())
+    if k > 0:
+        n_samples = max(n_samples, k)
+        sampler = TorchEngine(policy, temperature=temperature, max_new_tokens=max_new_tokens, seed=seed)
+        res, pt = sampler.generate([Request(p, n_samples, "eval") for p in prompts])
+        if ledger is not None:
+            ledger.charge([r for g in res for r in g], pt)
+        cs = [sum(scorer.reward(r.text, p.answer) >= 1.0 for r in g) for g, p in zip(res, prompts)]
+        out[f"eval_pass@{k}"] = float(np.mean([pass_at_k(n_samples, c, k) for c in cs]))
+    return out

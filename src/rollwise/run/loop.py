@@ -1,0 +1,186 @@
+"""The synchronous training loop: Control -> Generate -> Filter -> Replay -> Learn, one step at a time,
+with held-out evaluation, JSON-lines metrics and exact kill-and-resume checkpoints."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from ..control.base import StepContext, build_planner
+from ..core import registry
+from ..core.history import PromptHistory
+from ..core.ledger import Ledger
+from ..core.types import Group, Request
+from ..generate.torch_engine import TorchEngine
+from ..learn.learner import Learner
+from ..policy.policy import Policy
+from ..policy.warmstart import base_checkpoint
+from ..tasks.reward import Scorer, load_reward_fn
+from .config import Config
+from .evaluate import evaluate
+
+CKPT = "checkpoint.pt"
+
+
+class Trainer:
+    def __init__(self, cfg: Config, log=print):
+        self.cfg, self.log = cfg, log
+        self.out = Path(cfg.out)
+        torch.manual_seed(cfg.seed)
+        self.task = registry.get("task", cfg.task).obj(**cfg.task_options)
+        self.pool, self.heldout = self.task.train_pool(), self.task.heldout()
+        if cfg.eval_size:
+            self.heldout = self.heldout[: cfg.eval_size]
+        model_path = cfg.model or base_checkpoint(self.task, cfg.warmstart, log=log)
+        self.policy = Policy.load(model_path)
+        ref = Policy.load(model_path) if cfg.learner.kl_coef > 0 else None
+        if cfg.learner.temperature != cfg.temperature:
+            cfg.learner.temperature = cfg.temperature  # the learner must score what the engine sampled
+        self.engine = TorchEngine(self.policy, cfg.temperature, cfg.top_p, cfg.max_new_tokens, seed=cfg.seed)
+        self.learner = Learner(self.policy, cfg.learner, ref, seed=cfg.seed)
+        self.history, self.ledger = PromptHistory(len(self.pool)), Ledger()
+        self.rng = np.random.default_rng(cfg.seed)
+        self.planner = build_planner(cfg.planner, len(self.pool), self.rng, cfg.planner_options)
+        if cfg.reward:
+            self.scorer = Scorer(load_reward_fn(cfg.reward), trusted=False, timeout_s=cfg.reward_timeout_s)
+        else:
+            self.scorer = Scorer(self.task.verify)
+        self.step = 0
+
+    # ---- Generate + Filter (scoring) ------------------------------------------------------
+    def sample(self, requests: list[Request]) -> list[Group]:
+        with self.ledger.timer("generate"):
+            rollouts, prompt_tokens = self.engine.generate(requests)
+        self.ledger.charge([r for rs in rollouts for r in rs], prompt_tokens)
+        groups = [Group(req.prompt, rs) for req, rs in zip(requests, rollouts)]
+        with self.ledger.timer("reward"):
+            self.scorer.score(groups)
+        return groups
+
+    # ---- one step (the whole pipeline on one screen) -----------------------------------------
+    def train_step(self) -> dict:
+        ctx = StepContext(self.step, self.cfg.batch_size, self.cfg.n, self.pool, self.history,
+                          self.ledger, self.rng, self.policy, self.sample)
+        tokens_before = self.ledger.budget_tokens()
+        requests = self.planner.start(ctx)                      # Control: prompts and n per prompt
+        while requests:
+            grown = []
+            for g in self.sample(requests):                     # Generate + score
+                if g.prompt.id in ctx.groups:                   # a later stage for the same prompt
+                    ctx.groups[g.prompt.id].rollouts += g.rollouts
+                else:
+                    ctx.groups[g.prompt.id] = g
+                grown.append(ctx.groups[g.prompt.id])
+            requests = self.planner.more(grown, ctx)            # Control: stages, refills
+        batch, rejected = self.planner.assemble(ctx)            # Filter + Replay
+        self.ledger.reclassify([r for g in rejected for r in g.rollouts if r.purpose == "train"], "discarded")
+        self.history.record(ctx.groups.values(), self.step)
+        with self.ledger.timer("learn"):
+            stats = self.learner.update(batch)                  # advantages, loss, corrections
+        self.ledger.learner_tokens += stats.pop("learner_tokens", 0)
+        self.planner.observe(batch, ctx)
+        self.step += 1
+        sizes = [g.n for g in batch.groups] or [0]
+        generated = list(ctx.groups.values())
+        return {"step": self.step, "tokens": self.ledger.budget_tokens(),
+                "step_tokens": self.ledger.budget_tokens() - tokens_before,
+                "rollouts": self.ledger.budget_rollouts(), "prompts": len(generated),
+                "zero_var_frac_gen": sum(g.zero_variance for g in generated) / max(len(generated), 1),
+                "reward_mean": float(np.mean([r.reward for g in generated for r in g.rollouts] or [0])),
+                "group_min": min(sizes), "group_mean": float(np.mean(sizes)), "group_max": max(sizes),
+                **{f"tokens_{k}": v for k, v in self.ledger.tokens.items()},
+                **ctx.metrics, **stats, "reward_errors": self.scorer.errors}
+
+    # ---- the run ---------------------------------------------------------------------------
+    def run(self) -> list[dict]:
+        cfg = self.cfg
+        self.out.mkdir(parents=True, exist_ok=True)
+        (self.out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2, default=str))
+        resumed = self.load_checkpoint()
+        metrics_file = self.out / "metrics.jsonl"
+        rows = _read_metrics(metrics_file, upto=self.step) if resumed else []  # drop lines after the checkpoint
+        _write_metrics(metrics_file, rows)
+        if resumed:
+            self.log(f"resuming {self.out} from step {self.step}")
+        if self.step == 0 and cfg.eval_every:
+            rows.append(self._log_row({"step": 0, "tokens": 0, **self._evaluate()}, metrics_file))
+        bar = tqdm(total=cfg.steps, initial=self.step, desc=f"train {cfg.planner}", file=sys.stderr,
+                   disable=not sys.stderr.isatty() and os.environ.get("ROLLWISE_PROGRESS") != "1")
+        while self.step < cfg.steps and not (cfg.budget_tokens and self.ledger.budget_tokens() >= cfg.budget_tokens):
+            with self.ledger.timer("step"):
+                row = self.train_step()
+            last = self.step >= cfg.steps or (cfg.budget_tokens and self.ledger.budget_tokens() >= cfg.budget_tokens)
+            if cfg.eval_every and (self.step % cfg.eval_every == 0 or last):
+                row.update(self._evaluate())
+            row["wall_s"] = self.ledger.seconds["step"]  # training wall time, eval excluded
+            row["gen_s"] = self.ledger.seconds.get("generate", 0.0)
+            rows.append(self._log_row(row, metrics_file))
+            bar.update(1)
+            bar.set_postfix(tokens=row["tokens"], acc=row.get("eval_acc", rows[-1].get("eval_acc")))
+            if self.step % cfg.checkpoint_every == 0 or last:
+                self.save_checkpoint()
+        bar.close()
+        return rows
+
+    def _evaluate(self) -> dict:
+        with self.ledger.timer("eval"):
+            return evaluate(self.policy, self.heldout, self.scorer, self.ledger, self.cfg.max_new_tokens,
+                            self.cfg.eval_k, self.cfg.eval_samples, self.cfg.temperature,
+                            seed=self.cfg.seed * 1_000_003 + self.step)
+
+    def _log_row(self, row: dict, path: Path) -> dict:
+        with path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        return row
+
+    # ---- checkpoints: everything needed to continue exactly ---------------------------------
+    def save_checkpoint(self) -> None:
+        state = {
+            "step": self.step, "policy_version": self.policy.version,
+            "model": self.policy.model.state_dict(), "learner": self.learner.state_dict(),
+            "engine_rng": self.engine.gen.get_state(), "torch_rng": torch.get_rng_state(),
+            "numpy_rng": self.rng.bit_generator.state, "python_rng": random.getstate(),
+            "planner": self.planner.state_dict(), "history": self.history.state_dict(),
+            "ledger": self.ledger.state_dict(), "scorer_errors": self.scorer.errors,
+        }
+        tmp = self.out / (CKPT + ".tmp")
+        torch.save(state, tmp)
+        os.replace(tmp, self.out / CKPT)  # atomic: a kill mid-save leaves the previous checkpoint
+        self.policy.save(self.out / "model")
+
+    def load_checkpoint(self) -> bool:
+        path = self.out / CKPT
+        if not path.exists():
+            return False
+        s = torch.load(path, weights_only=False)
+        self.step, self.policy.version = s["step"], s["policy_version"]
+        self.policy.model.load_state_dict(s["model"])
+        self.learner.load_state_dict(s["learner"])
+        self.engine.gen.set_state(s["engine_rng"])
+        torch.set_rng_state(s["torch_rng"])
+        self.rng.bit_generator.state = s["numpy_rng"]
+        random.setstate(s["python_rng"])
+        self.planner.load_state_dict(s["planner"])
+        self.history.load_state_dict(s["history"])
+        self.ledger.load_state_dict(s["ledger"])
+        self.scorer.errors = s["scorer_errors"]
+        return True
+
+
+def _read_metrics(path: Path, upto: int) -> list[dict]:
+    if not path.exists():
+        return []
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [r for r in rows if r["step"] <= upto]
+
+
+def _write_metrics(path: Path, rows: list[dict]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    os.replace(tmp, path)

@@ -1,0 +1,110 @@
+"""The embedded procedural task: integer addition and subtraction with a difficulty knob (1-6 digits).
+
+Numbers are written with their digits reversed, each in a fixed-width slot of 6 digits, and the
+answer is the reversed result: e.g. level 3, 123 + 45 -> prompt "321000+540000=" answer "861".
+Reversed digits let a tiny model carry left-to-right like a person does right-to-left; with the usual
+order a 1M-parameter model barely learns addition in minutes (trial notes in issue 2).
+
+The level is the digit count of the first operand; the second has 1..level digits. The held-out set
+is drawn first (uniform levels by default); the train pool is drawn from another seed, excluding it. Everything is a pure function
+of (seed, sizes, level weights): two machines build the same task.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..core.registry import register
+from ..core.types import Prompt
+
+WIDTH = 6
+LEVELS = tuple(range(1, WIDTH + 1))
+
+
+def encode_problem(a: int, b: int, op: str, answer_width: int = 0) -> tuple[str, str]:
+    def slot(x: int) -> str:
+        return str(x)[::-1].ljust(WIDTH, "0")
+
+    result = a + b if op == "+" else a - b
+    return f"{slot(a)}{op}{slot(b)}=", str(result)[::-1].ljust(answer_width, "0")
+
+
+def decode_operand(slot: str) -> int:
+    return int(slot[::-1])
+
+
+def sample_problem(rng: np.random.Generator, level: int, ops: str = "+-", answer_width: int = 0) -> tuple[str, str]:
+    a = int(rng.integers(10 ** (level - 1) if level > 1 else 0, 10 ** level))
+    b_digits = int(rng.integers(1, level + 1))
+    b = int(rng.integers(10 ** (b_digits - 1) if b_digits > 1 else 0, 10 ** b_digits))
+    op = ops[int(rng.integers(len(ops)))]
+    if op == "-" and b > a:
+        a, b = b, a
+    return encode_problem(a, b, op, answer_width)
+
+
+@register("task", "arithmetic", provenance="INF", summary="reversed-digit +/- with 1-6 digit levels (embedded default)")
+@dataclass
+class ArithmeticTask:
+    """Procedural arithmetic. `level_weights` sets the pool's difficulty mix (the bench's waste knob)."""
+
+    pool_size: int = 2000
+    heldout_size: int = 1000
+    seed: int = 0
+    level_weights: tuple[float, ...] = (1, 1, 1, 1, 1, 1)
+    ops: str = "+-"
+    answer_width: int = 0  # pad the reversed answer with zeros to this width (0 = no padding)
+    heldout_level_weights: tuple[float, ...] | None = None  # default: uniform over levels
+    _cache: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self):
+        self.level_weights = tuple(float(w) for w in self.level_weights)
+        if not self.ops or set(self.ops) - {"+", "-"}:
+            raise ValueError(f"arithmetic: ops must be a non-empty mix of '+' and '-', got {self.ops!r}")
+        if len(self.level_weights) != len(LEVELS) or min(self.level_weights) < 0 or sum(self.level_weights) <= 0:
+            raise ValueError(f"arithmetic: level_weights must be {len(LEVELS)} non-negative numbers with a positive sum")
+
+    def _draw(self, n: int, seed: int, weights, exclude: set[str], unique: bool = True) -> list[tuple[str, str, int]]:
+        rng = np.random.default_rng(seed)
+        w = np.asarray(weights, dtype=float)
+        w = w / w.sum()
+        out, seen = [], set(exclude)
+        tries = 0
+        while len(out) < n:
+            tries += 1
+            if tries > 50 * n + 1000:
+                raise ValueError(f"arithmetic: cannot draw {n} distinct problems with level weights {weights}")
+            level = int(rng.choice(LEVELS, p=w))
+            text, ans = sample_problem(rng, level, self.ops, self.answer_width)
+            if text not in seen:
+                if unique:
+                    seen.add(text)
+                out.append((text, ans, level))
+        return out
+
+    def heldout(self) -> list[Prompt]:
+        """Drawn first, from its own seed and a uniform level mix by default, so the held-out set (and
+        the warm-start data, which avoids it) do not depend on the train pool's difficulty mix."""
+        if "heldout" not in self._cache:
+            weights = self.heldout_level_weights or (1,) * len(LEVELS)
+            rows = self._draw(self.heldout_size, self.seed * 2 + 2, weights, set())
+            self._cache["heldout"] = [Prompt(i, t, a, lv) for i, (t, a, lv) in enumerate(rows)]
+        return self._cache["heldout"]
+
+    def train_pool(self) -> list[Prompt]:
+        if "train" not in self._cache:
+            exclude = {p.text for p in self.heldout()}
+            rows = self._draw(self.pool_size, self.seed * 2 + 1, self.level_weights, exclude)
+            self._cache["train"] = [Prompt(i, t, a, lv) for i, (t, a, lv) in enumerate(rows)]
+        return self._cache["train"]
+
+    def sft_examples(self, n: int, seed: int) -> list[tuple[str, str, int]]:
+        """Supervised examples for the warm start: uniform levels, repeats allowed (there are only 155
+        distinct level-1 problems), never a held-out problem."""
+        exclude = {p.text for p in self.heldout()}
+        return self._draw(n, seed, (1,) * len(LEVELS), exclude, unique=False)
+
+    @staticmethod
+    def verify(response: str, answer: str) -> float:
+        return 1.0 if response.strip() == answer else 0.0

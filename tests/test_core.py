@@ -1,0 +1,67 @@
+import numpy as np
+import pytest
+import torch
+
+from rollwise.core.history import PromptHistory
+from rollwise.core.ledger import Ledger
+from rollwise.core.types import Group, Prompt, Rollout
+
+
+def make_group(pid, correct, length=3, purpose="train"):
+    rs = [Rollout(pid, [1, 2], torch.arange(length), torch.zeros(length), "x", "eos", 0, purpose,
+                  entropy=0.5, reward=float(c), correct=bool(c)) for c in correct]
+    return Group(Prompt(pid, "p", "a"), rs)
+
+
+def test_group_properties():
+    g = make_group(0, [1, 0, 1, 1], length=2)
+    assert (g.n, g.num_correct, g.pass_rate, g.tokens) == (4, 3, 0.75, 8)
+    assert not g.zero_variance
+    assert make_group(1, [1, 1]).zero_variance and make_group(2, [0, 0, 0]).zero_variance
+    assert make_group(3, [1]).zero_variance  # a group of one teaches GRPO nothing
+
+
+def test_history_records_streaks_and_touches_only_batch_rows():
+    h = PromptHistory(1000)
+    h.record([make_group(5, [1, 1]), make_group(7, [0, 0, 0, 0])], step=0)
+    h.record([make_group(5, [1, 1, 1])], step=1)
+    assert h.easy_streak[5] == 2 and h.hard_streak[7] == 1 and h.visits[5] == 2
+    assert h.total_n[5] == 5 and h.total_correct[5] == 5 and h.last_step[5] == 1 and h.last_n[5] == 3
+    h.record([make_group(5, [1, 0])], step=2)  # a mixed visit ends the streak
+    assert h.easy_streak[5] == 0 and h.hard_streak[5] == 0
+    untouched = np.setdiff1d(np.arange(1000), [5, 7])
+    assert (h.visits[untouched] == 0).all() and (h.last_step[untouched] == -1).all()
+    assert np.isnan(h.last_pass_rate([0]))[0] and h.last_pass_rate([5])[0] == 0.5
+    log = h.log()
+    assert log["prompt"].tolist() == [5, 7, 5, 5] and log["step"].tolist() == [0, 0, 1, 2]
+
+
+def test_history_save_load_roundtrip(tmp_path):
+    h = PromptHistory(50)
+    for step in range(300):  # grow the log past its initial capacity
+        h.record([make_group(step % 50, [step % 2, 1])], step)
+    h.save(tmp_path / "h.npz")
+    h2 = PromptHistory.load(tmp_path / "h.npz")
+    for k, v in h.state_dict().items():
+        assert np.array_equal(v, h2.state_dict()[k]), k
+    with pytest.raises(ValueError, match="pool has 10"):
+        PromptHistory(10).load_state_dict(h.state_dict())
+
+
+def test_ledger_counts_by_purpose_and_budget_excludes_eval_and_oracle():
+    L = Ledger()
+    L.charge(make_group(0, [1, 0], length=4).rollouts, prompt_tokens=10)
+    L.charge(make_group(1, [1], length=5, purpose="eval").rollouts)
+    L.charge(make_group(2, [1], length=7, purpose="oracle").rollouts)
+    L.charge(make_group(3, [0, 0], length=3, purpose="pilot").rollouts)
+    assert L.budget_tokens() == 8 + 6 and L.tokens["eval"] == 5 and L.prompt_tokens == 10
+    g = make_group(4, [0, 0], length=2)
+    L.charge(g.rollouts)
+    L.reclassify(g.rollouts, "discarded")
+    assert L.tokens["train"] == 8 and L.tokens["discarded"] == 4 and L.rollouts["discarded"] == 2
+    assert L.budget_tokens() == 18 and all(r.purpose == "discarded" for r in g.rollouts)
+    with pytest.raises(ValueError, match="unknown rollout purpose"):
+        L.charge(make_group(5, [1], purpose="bogus").rollouts)
+    L2 = Ledger()
+    L2.load_state_dict(L.state_dict())
+    assert L2.state_dict() == L.state_dict()
