@@ -103,11 +103,14 @@ def main(argv=None) -> int:
     pe.add_argument("--samples", type=int, default=0, help="samples per prompt for pass@k")
     pe.add_argument("--set", action="append", default=[])
     sub.add_parser("list", help="every registered component, by kind, with provenance")
-    try:
-        from .bench.cli import add_bench_parser
-        add_bench_parser(sub)
+    from .bench.cli import add_bench_parser
+    add_bench_parser(sub)
+    try:  # the simulator registers its own subcommand
+        from .sim.cli import add_sim_parser
     except ImportError:
-        pass
+        add_sim_parser = None
+    if add_sim_parser is not None:
+        add_sim_parser(sub)
     args = parser.parse_args(argv)
     try:
         return {"train": cmd_train, "eval": cmd_eval, "list": cmd_list}.get(args.cmd, getattr(args, "func", None))(args)
