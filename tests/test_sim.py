@@ -1,0 +1,306 @@
+"""Population simulator: model invariants, exact ledger accounting, timing, planners, CLI."""
+import copy
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from rollwise.core import registry
+from rollwise.core.ledger import Ledger
+from rollwise.core.types import Prompt, Request
+from rollwise.sim.dynamics import Dynamics, DynamicsConfig
+from rollwise.sim.engine import SimEngine, SimPool, SimRollout
+from rollwise.sim.population import Population, PopulationConfig
+from rollwise.sim.runner import UNSUPPORTED, SimConfig, Simulator
+from rollwise.sim.timing import TimingConfig, TimingModel, makespan
+
+VOLATILE = ("elapsed_s", "steps_per_s", "peak_mem_mb")
+
+
+def _sim(planner="uniform", prompts=3000, steps=0, batch=16, n=8, seed=0, **kw):
+    return Simulator(SimConfig(prompts=prompts, steps=steps, batch=batch, n=n, planner=planner, seed=seed, **kw))
+
+
+def _stable(summary):
+    return {k: v for k, v in summary.items() if k not in VOLATILE}
+
+
+# ---- dynamics ---------------------------------------------------------------------------------
+def _state(pop):
+    return pop.G, pop.s.copy(), pop.theta.copy(), pop.theta_step.copy()
+
+
+def test_zero_variance_groups_never_move_the_policy():
+    pop = Population(1000, seed=1)
+    dyn = Dynamics(pop)
+    ref = copy.deepcopy(pop)
+    ref_dyn = Dynamics(ref)
+    ids = np.arange(200)
+    n = np.full(200, 16)
+    c = np.where(ids % 2 == 0, 0, 16)  # all wrong / all right: zero variance
+    out = dyn.update(5, ids, n, c, batch_size=200)
+    ref_dyn.update(5, [], [], [], batch_size=200)  # the same step with nothing trained
+    assert out["informative_groups"] == 0 and out["signal"] == 0.0
+    for a, b in zip(_state(pop), _state(ref)):
+        np.testing.assert_array_equal(a, b)
+    # and with forgetting off, the skills are exactly where they started
+    pop2 = Population(1000, seed=1)
+    before = _state(pop2)
+    Dynamics(pop2, DynamicsConfig(forget=0.0)).update(0, ids, n, c, batch_size=200)
+    for a, b in zip(_state(pop2), before):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_informative_groups_move_the_prompt_most_then_its_cluster():
+    pop = Population(5000, PopulationConfig(clusters=4), seed=2)
+    dyn = Dynamics(pop, DynamicsConfig(forget=0.0))
+    k0 = np.flatnonzero(pop.cluster == 0)
+    trained, untouched_same = k0[:100], k0[100:]
+    other = np.flatnonzero(pop.cluster != 0)
+    z0 = pop.logits(np.arange(5000), 0)
+    dyn.update(0, trained, np.full(100, 16), np.full(100, 8), batch_size=100)
+    dz = pop.logits(np.arange(5000), 1) - z0
+    assert (dz[trained] > dz[untouched_same[0]]).all()  # memorised: the prompt itself gains most
+    np.testing.assert_allclose(dz[untouched_same], dz[untouched_same[0]])  # transfer within the cluster
+    assert dz[untouched_same[0]] > dz[other[0]] > 0  # the cluster more than the rest; all a little
+    # u_g = (n/n_ref) 2 q (1 - q): zero at q in {0, 1}, max at q = 1/2
+    u = Dynamics.signal([16, 16, 16, 8, 0], [0, 8, 16, 4, 0], 16)
+    np.testing.assert_allclose(u, [0.0, 0.5, 0.0, 0.25, 0.0])
+
+
+def test_prompt_memory_is_forgotten_lazily():
+    pop = Population(100, seed=3)
+    dyn = Dynamics(pop, DynamicsConfig(forget=0.0, forget_prompt=0.01))
+    dyn.update(0, [7], [16], [8], batch_size=1)
+    th0 = pop.theta_at(np.array([7]), 0)[0]
+    assert th0 > 0
+    np.testing.assert_allclose(pop.theta_at(np.array([7]), 100)[0], th0 * 0.99 ** 100)
+
+
+# ---- outcomes and lengths ----------------------------------------------------------------------
+def test_lengths_long_tailed_wrong_longer_and_correlated_within_a_prompt():
+    pop = Population(20000, PopulationConfig(max_len=10 ** 6), seed=4)
+    rng = np.random.default_rng(0)
+    ids = np.arange(20000)
+    ns = np.full(20000, 8)
+    gidx, correct, length, ent, truncated, p = pop.draw(ids, ns, 0, rng)
+    L = length.astype(np.float64)
+    med, mean = np.median(L), L.mean()
+    assert mean > 1.15 * med  # right-skewed
+    assert np.quantile(L, 0.99) > 4 * med  # a long tail
+    skew = ((L - mean) ** 3).mean() / L.std() ** 3
+    assert skew > 2
+    assert L[~correct].mean() > 1.2 * L[correct].mean()  # wrong answers are longer
+    assert ent[~correct].mean() > ent[correct].mean()
+    # lengths of one prompt's samples are correlated (same prompt, shared draw)
+    logl = np.log(L).reshape(20000, 8)
+    a, b = logl[:, 0], logl[:, 1]
+    assert np.corrcoef(a, b)[0, 1] > 0.3
+    # outcomes follow p
+    assert abs(correct.mean() - p.mean()) < 0.01
+
+
+def test_truncated_rollouts_are_wrong_and_marked():
+    pop = Population(200, PopulationConfig(max_len=300, median_len=300), seed=5)
+    eng = SimEngine(pop, Ledger(), TimingModel(), np.random.default_rng(0))
+    groups = eng.generate([Request(Prompt(i, "", ""), 8) for i in range(200)])
+    rs = [r for g in groups for r in g.rollouts]
+    cut = [r for r in rs if r.finish_reason == "length"]
+    assert cut and all(r.num_tokens == 300 and not r.correct for r in cut)
+    assert max(r.num_tokens for r in rs) == 300
+
+
+# ---- runs --------------------------------------------------------------------------------------
+def test_reproducible_by_seed():
+    a, b, c = _sim("greso", seed=3), _sim("greso", seed=3), _sim("greso", seed=4)
+    sa, sb, sc = (_stable(s.run(25)) for s in (a, b, c))
+    assert sa == sb
+    for k, v in a.history.log().items():
+        np.testing.assert_array_equal(v, b.history.log()[k])
+    assert sa != sc
+
+
+def test_steps_touch_only_the_batch_rows():
+    sim = _sim("greso", prompts=100_000, batch=64)
+    sim.run(3)
+    cols = ("visits", "last_step", "last_n", "total_correct", "easy_streak", "hard_streak", "last_mean_len")
+    before = {k: getattr(sim.history, k).copy() for k in cols}
+    theta, theta_step = sim.pop.theta.copy(), sim.pop.theta_step.copy()
+    step = sim.step
+    sim.train_step()
+    log = sim.history.log()
+    touched = np.zeros(100_000, bool)
+    touched[log["prompt"][log["step"] == step]] = True
+    assert 64 <= touched.sum() < 64 * 6
+    for k in cols:
+        np.testing.assert_array_equal(getattr(sim.history, k)[~touched], before[k][~touched])
+    np.testing.assert_array_equal(sim.pop.theta[~touched], theta[~touched])
+    np.testing.assert_array_equal(sim.pop.theta_step[~touched], theta_step[~touched])
+    assert (sim.history.last_step[touched] == step).all()
+
+
+def test_oracle_wastes_no_more_groups_than_chance():
+    """Oracle trains only on prompts measured 0 < p < 1; a train group of such a prompt is still
+    zero-variance by chance with probability p^n + (1-p)^n. The observed count must match that."""
+    sim = _sim("oracle", prompts=5000, batch=32, n=8)
+    expected, var, observed, total = 0.0, 0.0, 0, 0
+    orig = sim.engine.generate
+
+    def generate(requests):
+        groups = orig(requests)
+        if requests and requests[0].purpose == "train":
+            nonlocal expected, var, observed, total
+            p = sim.engine.last_p
+            n = np.array([g.n for g in groups])
+            pz = p ** n + (1 - p) ** n
+            expected += pz.sum()
+            var += (pz * (1 - pz)).sum()
+            observed += sum(g.zero_variance for g in groups)
+            total += len(groups)
+        return groups
+
+    sim.engine.generate = generate
+    out = sim.run(40)
+    assert total == 40 * 32
+    assert observed <= expected + 4 * np.sqrt(var) + 1
+    assert abs(observed - expected) <= 4 * np.sqrt(var) + 1
+    uni = _sim("uniform", prompts=5000, batch=32, n=8).run(40)
+    assert out["zero_var_frac"] < 0.75 * uni["zero_var_frac"]  # the rest is chance, as above
+    assert out["tokens_by_purpose"]["oracle"] > 0 and out["tokens"] == out["tokens_by_purpose"]["train"]
+
+
+def test_counts_ledger_equals_object_ledger():
+    """Charging and reclassifying by counts gives exactly the ledger of per-rollout objects."""
+    def run(materialise):
+        sim = _sim("dapo", batch=16, n=8, seed=7)
+        if materialise:
+            orig = sim.engine.generate
+
+            def generate(requests):
+                groups = orig(requests)
+                led = Ledger()
+                led.charge([r for g in groups for r in g.rollouts])  # the real loop's charge
+                assert all(g.materialised for g in groups)
+                return groups
+
+            sim.engine.generate = generate
+        return sim, sim.run(15)
+
+    (s1, a), (s2, b) = run(False), run(True)
+    assert s1.ledger.state_dict()["rollouts"] == s2.ledger.state_dict()["rollouts"]
+    assert s1.ledger.tokens == s2.ledger.tokens and s1.ledger.prompt_tokens == s2.ledger.prompt_tokens
+    assert _stable(a) == _stable(b)
+    assert a["tokens_by_purpose"]["discarded"] > 0  # DAPO dropped some zero-variance groups
+    # every rollout generated is on the books: train + discarded = all visits in the history
+    log = s1.history.log()
+    assert a["rollouts"] == int(log["n"].sum())
+    np.testing.assert_allclose(a["tokens"], (log["mean_len"].astype(np.float64) * log["n"]).sum(), rtol=1e-6)
+
+
+def test_simgroup_behaves_like_a_group():
+    pop = Population(50, seed=8)
+    led = Ledger()
+    eng = SimEngine(pop, led, TimingModel(), np.random.default_rng(1))
+    g, h = eng.generate([Request(Prompt(3, "", ""), 6), Request(Prompt(3, "", ""), 4)])
+    n, c, t, e = g.n + h.n, g.num_correct + h.num_correct, g.tokens + h.tokens, g.mean_entropy * 6 + h.mean_entropy * 4
+    g.extend(h)
+    assert (g.n, g.num_correct, g.tokens) == (n, c, t) and not g.materialised
+    zv = g.zero_variance
+    g.reclassify(led, "train", "discarded")
+    assert led.rollouts == {**led.rollouts, "train": 0, "discarded": 10} and led.tokens["discarded"] == t
+    rs = g.rollouts  # materialise: the same numbers, per rollout
+    assert g.materialised and len(rs) == n and sum(r.correct for r in rs) == c
+    assert sum(r.num_tokens for r in rs) == t and all(r.purpose == "discarded" for r in rs)
+    assert g.zero_variance == zv and g.mean_entropy == pytest.approx(e / n)
+    assert sorted(g.rewards) == sorted([1.0] * c + [0.0] * (n - c))
+    r2 = dataclasses.replace(rs[0], token_ids_T=rs[0].token_ids_T.clone())  # AR3PO's reuse path
+    assert isinstance(r2, SimRollout) and r2.num_tokens == rs[0].num_tokens
+    g.rollouts = rs[:2]
+    assert g.n == 2 and g.tokens == rs[0].num_tokens + rs[1].num_tokens
+    pool = SimPool(10)
+    assert len(pool) == 10 and pool[-1].id == 9 and [p.id for p in pool[2:4]] == [2, 3]
+    with pytest.raises(IndexError):
+        pool[10]
+
+
+def test_every_planner_runs_or_is_refused_clearly():
+    for e in registry.entries("planner"):
+        if e.name in UNSUPPORTED:
+            with pytest.raises(ValueError, match="Unsupported planners"):
+                _sim(e.name, prompts=300)
+            continue
+        out = _sim(e.name, prompts=300, batch=8, n=4).run(3)
+        assert out["steps"] == 3 and out["tokens"] + out["tokens_by_purpose"]["oracle"] > 0, e.name
+    out = _sim("greso+ar3po", prompts=300, batch=8, n=4).run(3)
+    assert out["steps"] == 3
+
+
+def test_learning_moves_heldout_accuracy():
+    sim = _sim("uniform", prompts=2000, batch=64, n=8)
+    out = sim.run(60)
+    assert out["final_acc"] > out["init_acc"] + 0.01
+
+
+# ---- timing ------------------------------------------------------------------------------------
+def _brute_force_decode(lengths, prompt_len, slots, cfg):
+    """Per-iteration simulation of continuous batching (the closed form must equal it)."""
+    queue = list(range(len(lengths)))
+    active = {}  # index -> tokens decoded so far
+    t, iters = 0.0, 0
+    while queue or active:
+        while queue and len(active) < slots:
+            active[queue.pop(0)] = 0
+        ctx = sum(prompt_len[j] + k for j, k in active.items())
+        t += cfg.iter_s + cfg.token_s * len(active) + cfg.kv_s * ctx
+        iters += 1
+        for j in list(active):
+            active[j] += 1
+            if active[j] == lengths[j]:
+                del active[j]
+    return t, iters
+
+
+@pytest.mark.parametrize("slots", [3, 50])
+def test_timing_closed_form_matches_per_iteration_simulation(slots):
+    rng = np.random.default_rng(slots)
+    L = rng.integers(1, 60, 20)
+    P = rng.integers(5, 30, 20).astype(np.float64)
+    cfg = TimingConfig(engines=1, concurrency=slots, iter_s=1e-3, token_s=1e-4, kv_s=1e-6, prefill_s_per_token=0.0)
+    t = TimingModel(cfg).round(L, P, np.zeros(20))
+    want, iters = _brute_force_decode(L.tolist(), P.tolist(), slots, cfg)
+    assert t.makespan == iters == makespan(L, slots)
+    assert t.seconds == pytest.approx(want)
+
+
+def test_long_tail_stalls_the_round():
+    cfg = TimingConfig(engines=2, concurrency=64)
+    tm = TimingModel(cfg)
+    even = np.full(128, 1000)
+    tail = np.full(128, 500)
+    tail[0] = even.sum() - tail[1:].sum()  # same tokens, one very long rollout
+    P = np.full(128, 100.0)
+    te, tt = tm.round(even, P, P / 8), tm.round(tail, P, P / 8)
+    assert te.tokens == tt.tokens
+    assert tt.seconds > 2 * te.seconds and tt.util < 0.1 < te.util
+    assert tm.round(even[:64], P[:64], P[:64] / 8).seconds < te.seconds
+
+
+# ---- CLI ---------------------------------------------------------------------------------------
+def test_cli_prints_one_json_line(capsys, tmp_path):
+    from rollwise.sim.cli import main
+
+    rows = tmp_path / "rows.jsonl"
+    rc = main(["--prompts", "2000", "--steps", "6", "--batch", "8", "--n", "4", "--planner", "greso",
+               "--clusters", "4", "--seed", "2", "--quiet", "--eval-every", "3", "--rows", str(rows),
+               "--set", "timing.engines=2"])
+    assert rc == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 1
+    out = json.loads(lines[0])
+    for k in ("elapsed_s", "final_acc", "tokens", "rollouts", "zero_var_frac", "peak_mem_mb", "sim_gen_s"):
+        assert k in out
+    assert out["clusters"] == 4 and out["steps"] == 6
+    assert len(rows.read_text().splitlines()) == 6
+    assert main(["--planner", "hive", "--prompts", "100", "--quiet"]) == 2
+    assert "Unsupported planners" in capsys.readouterr().err
