@@ -1,0 +1,143 @@
+"""AR3PO: stage stopping at the first correct response, response reuse, buffer, state."""
+import pickle
+
+import numpy as np
+import torch
+
+from rollwise.control.ar3po import AR3PO
+from rollwise.control.base import Planner, StepContext
+from rollwise.core.history import PromptHistory
+from rollwise.core.ledger import Ledger
+from rollwise.core.types import Group, Prompt, Rollout
+
+
+def R(pid, correct, purpose="train", version=0):
+    return Rollout(pid, [1, 2], torch.arange(3), torch.zeros(3), "x", "eos", version, purpose,
+                   reward=float(correct), correct=bool(correct))
+
+
+class Engine:
+    def __init__(self, rates, ledger):
+        self.rates, self.ledger, self.seen, self.version = rates, ledger, {}, 0
+
+    def __call__(self, requests):
+        out = []
+        for q in requests:
+            pid, p = q.prompt.id, self.rates[q.prompt.id]
+            rs = []
+            for _ in range(q.n):
+                j = self.seen.get(pid, 0)
+                self.seen[pid] = j + 1
+                rs.append(R(pid, int((j + 1) * p + 1e-9) > int(j * p + 1e-9), q.purpose, self.version))
+            self.ledger.charge(rs)
+            out.append(Group(q.prompt, rs))
+        return out
+
+
+def make_ctx(n_prompts, B, n=8):
+    pool = [Prompt(i, f"q{i}", str(i)) for i in range(n_prompts)]
+    return StepContext(0, B, n, pool, PromptHistory(n_prompts), Ledger(), np.random.default_rng(0))
+
+
+def run_step(planner, ctx, engine):
+    ctx.groups, ctx.metrics = {}, {}
+    reqs = planner.start(ctx)
+    rounds = []
+    while reqs:
+        rounds.append({q.prompt.id: q.n for q in reqs})
+        grown = []
+        for g in engine(reqs):
+            if g.prompt.id in ctx.groups:
+                ctx.groups[g.prompt.id].rollouts.extend(g.rollouts)
+            else:
+                ctx.groups[g.prompt.id] = g
+            grown.append(ctx.groups[g.prompt.id])
+        reqs = planner.more(grown, ctx)
+    batch, rejected = planner.assemble(ctx)
+    ctx.history.record(ctx.groups.values(), ctx.step)
+    planner.observe(batch, ctx)
+    engine.version += 1
+    return batch, rejected, rounds
+
+
+def test_stages_stop_at_first_correct():
+    ctx = make_ctx(3, B=3)
+    eng = Engine({0: 1.0, 1: 0.0, 2: 1 / 8}, ctx.ledger)
+    planner = Planner([AR3PO(k=4, stages=3)], 3, np.random.default_rng(0))
+    batch, rejected, rounds = run_step(planner, ctx, eng)
+    assert rounds[0] == {0: 4, 1: 4, 2: 4}
+    assert rounds[1] == {1: 4, 2: 4}  # prompt 0 resolved in stage 1
+    assert rounds[2] == {1: 4}  # prompt 2 found its correct response at sample 8
+    assert len(rounds) == 3  # S = 3 stages at most
+    assert ctx.groups[0].n == 4 and ctx.groups[2].n == 8 and ctx.groups[1].n == 12
+    # 0: all correct (zero variance) and 1: all wrong with an empty buffer -> not trained
+    assert [g.prompt.id for g in batch.groups] == [2]
+    assert {g.prompt.id for g in rejected} == {0, 1}
+    assert ctx.ledger.rollouts["train"] == 24
+    assert abs(ctx.metrics["ar3po/mean_n"] - 8.0) < 1e-9
+
+
+def test_reuse_stored_correct_response():
+    ctx = make_ctx(2, B=2)
+    eng = Engine({0: 0.5, 1: 0.0}, ctx.ledger)
+    c = AR3PO(k=4, stages=2)
+    planner = Planner([c], 2, np.random.default_rng(0))
+    old = R(1, True, version=-7)
+    c.buffer[1] = [old]
+    batch, rejected, _ = run_step(planner, ctx, eng)
+    g1 = next(g for g in batch.groups if g.prompt.id == 1)
+    assert g1.n == 9 and g1.num_correct == 1  # 8 fresh wrong + the reused correct one ("add")
+    reused = g1.rollouts[-1]
+    assert reused is not old and reused.policy_version == -7 and reused.correct
+    assert ctx.ledger.rollouts["train"] == 4 + 8  # the reused response is not charged again
+    assert ctx.groups[1].n == 8  # the step's fresh group is untouched (history sees fresh data)
+    assert c.buffer[1] == [old]  # no fresh correct response: buffer unchanged
+    assert ctx.metrics["ar3po/reused"] == 1
+    # prompt 0's fresh correct responses are stored (keep = 1: the newest)
+    assert len(c.buffer[0]) == 1 and c.buffer[0][0].correct and c.buffer[0][0].policy_version == 0
+
+
+def test_replace_mode_discards_one_fresh_response():
+    ctx = make_ctx(1, B=1)
+    eng = Engine({0: 0.0}, ctx.ledger)
+    c = AR3PO(k=4, stages=1, reuse="replace", keep=2)
+    c.buffer[0] = [R(0, True, version=-2), R(0, True, version=-1)]
+    planner = Planner([c], 1, np.random.default_rng(0))
+    batch, _, _ = run_step(planner, ctx, eng)
+    g = batch.groups[0]
+    assert g.n == 4 and g.num_correct == 1 and g.rollouts[-1].policy_version == -1  # newest stored
+    assert ctx.ledger.rollouts["discarded"] == 1 and ctx.ledger.rollouts["train"] == 3
+
+
+def test_buffer_keeps_newest_and_no_reuse_option():
+    ctx = make_ctx(1, B=1)
+    c = AR3PO(keep=2)
+    g = Group(ctx.pool[0], [R(0, True, version=1), R(0, False), R(0, True, version=2)])
+    c.observe([g], None, ctx)
+    c.observe([Group(ctx.pool[0], [R(0, True, version=3)])], None, ctx)
+    assert [r.policy_version for r in c.buffer[0]] == [2, 3]
+    ctx2 = make_ctx(1, B=1)
+    eng = Engine({0: 0.0}, ctx2.ledger)
+    none = AR3PO(k=2, stages=1, reuse="none")
+    none.buffer = dict(c.buffer)
+    batch, _, _ = run_step(Planner([none], 1, np.random.default_rng(0)), ctx2, eng)
+    assert len(batch) == 0
+
+
+def test_state_dict_round_trip():
+    ctx = make_ctx(4, B=4)
+    eng = Engine({0: 0.5, 1: 0.25, 2: 0.0, 3: 1.0}, ctx.ledger)
+    c = AR3PO()
+    planner = Planner([c], 4, np.random.default_rng(0))
+    for step in range(3):
+        ctx.step = step
+        run_step(planner, ctx, eng)
+    s = pickle.loads(pickle.dumps(c.state_dict()))
+    d = AR3PO()
+    d.load_state_dict(s)
+    assert set(d.buffer) == set(c.buffer) and d._stage == c._stage and d._step == c._step
+    for pid in c.buffer:
+        for a, b in zip(c.buffer[pid], d.buffer[pid]):
+            assert torch.equal(a.token_ids_T, b.token_ids_T) and torch.equal(a.logprobs_T, b.logprobs_T)
+            assert (a.correct, a.policy_version, a.reward, a.purpose, a.prompt_ids) == \
+                   (b.correct, b.policy_version, b.reward, b.purpose, b.prompt_ids)

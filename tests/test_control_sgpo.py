@@ -1,0 +1,106 @@
+"""sGPO: n = clip(ceil(1/p0)), offline profiling through ctx.sample, filter, curriculum order."""
+import pickle
+
+import numpy as np
+import torch
+
+from rollwise.control.base import Planner, StepContext
+from rollwise.control.sgpo import SGPO, group_size
+from rollwise.core.history import PromptHistory
+from rollwise.core.ledger import Ledger
+from rollwise.core.types import Group, Prompt, Rollout
+
+
+def R(pid, correct, purpose="train"):
+    return Rollout(pid, [1, 2], torch.arange(3), torch.zeros(3), "x", "eos", 0, purpose,
+                   reward=float(correct), correct=bool(correct))
+
+
+class Engine:
+    def __init__(self, rates, ledger):
+        self.rates, self.ledger, self.seen, self.calls = rates, ledger, {}, []
+
+    def __call__(self, requests):
+        self.calls.append(len(requests))
+        out = []
+        for q in requests:
+            pid, p = q.prompt.id, self.rates[q.prompt.id]
+            rs = []
+            for _ in range(q.n):
+                j = self.seen.get(pid, 0)
+                self.seen[pid] = j + 1
+                rs.append(R(pid, int((j + 1) * p + 1e-9) > int(j * p + 1e-9), q.purpose))
+            self.ledger.charge(rs)
+            out.append(Group(q.prompt, rs))
+        return out
+
+
+def make_ctx(rates, B=4, n=8):
+    pool = [Prompt(i, f"q{i}", str(i)) for i in range(len(rates))]
+    ledger = Ledger()
+    eng = Engine(rates, ledger)
+    return StepContext(0, B, n, pool, PromptHistory(len(pool)), ledger, np.random.default_rng(0), sample=eng), eng
+
+
+def test_group_size_rule():
+    assert group_size(1.0, 2, 16) == 2  # ceil(1) = 1 -> G_min
+    assert group_size(0.5, 2, 16) == 2
+    assert group_size(0.25, 2, 16) == 4
+    assert group_size(1 / 3, 2, 16) == 3
+    assert group_size(1 / 49, 2, 100) == 49  # 1/(1/49) = 49.00000000000001 must not round up to 50
+    assert group_size(0.3, 2, 16) == 4  # ceil(3.33)
+    assert group_size(0.1, 2, 16) == 10
+    assert group_size(0.05, 2, 16) == 16  # ceil(20) clipped to G_max
+    assert group_size(0.0, 2, 16) == 16  # unsolvable -> G_max
+
+
+def test_setup_profiles_filters_and_orders():
+    rates = {0: 1.0, 1: 0.25, 2: 0.0, 3: 0.75, 4: 0.5, 5: 0.0, 6: 0.25, 7: 1.0}
+    ctx, eng = make_ctx(rates)
+    c = SGPO(profile_k=4, rho=0.0, chunk=3)
+    c.setup(ctx)
+    assert ctx.ledger.rollouts["profile"] == 8 * 4 and ctx.ledger.rollouts["train"] == 0
+    assert eng.calls == [3, 3, 2]  # chunked
+    assert np.allclose(c.p0, [1.0, 0.25, 0.0, 0.75, 0.5, 0.0, 0.25, 1.0])
+    assert c.kept.tolist() == [False, True, False, True, True, False, True, False]  # rho = 0 drops p0 = 0
+    assert c.order.tolist()[:2] == [3, 4] and set(c.order.tolist()[2:]) == {1, 6}  # easy -> hard
+    keep_all_zero = SGPO(rho=1.0)
+    keep_all_zero.set_profile(np.array([0.0, 0.0, 1.0, 0.5]), np.random.default_rng(0))
+    assert keep_all_zero.kept.tolist() == [True, True, False, True]
+    frac = SGPO(rho=0.25)
+    frac.set_profile(np.zeros(4000), np.random.default_rng(0))
+    assert 0.2 < frac.kept.mean() < 0.3
+
+
+def test_curriculum_select_and_allocate_through_planner():
+    rates = {0: 1.0, 1: 0.25, 2: 0.0, 3: 0.75, 4: 0.5, 5: 0.125}
+    ctx, eng = make_ctx(rates, B=2)
+    c = SGPO(profile_k=8, rho=1.0)
+    planner = Planner([c], 6, np.random.default_rng(0))
+    order = []
+    for step in range(5):
+        ctx.step, ctx.groups = step, {}
+        reqs = planner.start(ctx)
+        order += [(q.prompt.id, q.n) for q in reqs]
+    # kept: everything but prompt 0 (p0 = 1); easy -> hard; n = clip(ceil(1/p0), 2, 16)
+    assert order[:5] == [(3, 2), (4, 2), (1, 4), (5, 8), (2, 16)]
+    assert order[5:10] == order[:5]  # next epoch: same order (no ties to reshuffle)
+    assert c.epoch == 1
+    free = SGPO(curriculum=False, rho=1.0)
+    free.set_profile(np.array([1.0, 0.25, 0.0, 0.75, 0.5, 0.125]), np.random.default_rng(0))
+    assert [p.id for p in free.select(ctx.pool, 6, ctx)] == [1, 2, 3, 4, 5]
+
+
+def test_state_dict_round_trip_resumes_curriculum():
+    rates = {i: [0.0, 0.25, 0.5, 0.75, 1.0][i % 5] for i in range(20)}
+    ctx, eng = make_ctx(rates)
+    c = SGPO()
+    c.setup(ctx)
+    c.select(ctx.pool, 5, ctx)
+    s = pickle.loads(pickle.dumps(c.state_dict()))
+    d = SGPO()
+    d.load_state_dict(s)
+    d.setup(ctx)  # resumed: must not profile again
+    assert ctx.ledger.rollouts["profile"] == 20 * 4
+    assert [p.id for p in d.select(ctx.pool, 5, ctx)] == [p.id for p in c.select(ctx.pool, 5, ctx)]  # no wrap
+    assert np.array_equal(d.p0, c.p0) and np.array_equal(d.kept, c.kept)
