@@ -40,8 +40,21 @@ def _overrides(args) -> dict:
         if "=" not in item:
             raise SystemExit(f"--set {item!r}: expected KEY=VALUE")
         k, v = item.split("=", 1)
-        ov[k] = yaml.safe_load(v)
+        ov[k] = _parse_value(v)
     return ov
+
+
+def _parse_value(text: str):
+    """YAML value, except that numbers like 3e-4 (a string to YAML 1.1) are numbers."""
+    import yaml
+
+    v = yaml.safe_load(text)
+    if isinstance(v, str):
+        try:
+            return float(text)
+        except ValueError:
+            pass
+    return v
 
 
 def cmd_train(args) -> int:

@@ -76,7 +76,10 @@ class Learner:
 
         adv = getattr(batch, "adv_N", None)  # a recomposer computed them in the original groups (spec E4)
         if adv is None:
-            adv = self.advantage(AdvInput(rewards_N, group_N, mask_NT, token_ids_NT, entropy_NT),
+            # A reference policy's pass rate per group, when a planner measured one (PVPO's anchor).
+            ref_G = torch.tensor([float(getattr(g, "ref_pass_rate", float("nan"))) for g in batch.groups])
+            adv = self.advantage(AdvInput(rewards_N, group_N, mask_NT, token_ids_NT, entropy_NT,
+                                          ref_pass_rate_G=None if ref_G.isnan().all() else ref_G),
                                  **cfg.advantage_options)
         adv_NT = (adv.unsqueeze(1) if adv.dim() == 1 else adv).expand_as(mask_NT) * mask_NT
         stats["mean_abs_adv"] = float(adv_NT.abs().sum(1).div(mask_NT.sum(1).clamp(min=1)).mean())

@@ -4,6 +4,7 @@ Face causal-LM checkpoint (`AutoModelForCausalLM.from_pretrained(path, local_fil
 """
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 
@@ -23,6 +24,9 @@ class Policy:
         self.eos_id = tokenizer.eos_token_id
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_id
         self.unk_id = tokenizer.unk_token_id
+        # transformers renamed `past_key_values` to `cache` in 5.x; pass whichever this version takes
+        params = inspect.signature(model.forward).parameters
+        self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
 
     # ---- loading and saving --------------------------------------------------------------
     @classmethod
@@ -81,8 +85,8 @@ class Policy:
         if cache is None:
             from transformers import DynamicCache
             cache = DynamicCache(config=self.model.config)
-        out = self.model(input_ids=input_ids_BT, attention_mask=key_mask_BS,
-                         position_ids=position_ids_BT, past_key_values=cache, use_cache=True)
+        out = self.model(input_ids=input_ids_BT, attention_mask=key_mask_BS, position_ids=position_ids_BT,
+                         use_cache=True, **{self._cache_kwarg: cache})
         return out.logits, out.past_key_values
 
     def select_cache(self, cache, index_B: torch.Tensor):
