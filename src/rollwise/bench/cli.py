@@ -6,7 +6,7 @@ import sys
 
 from .runner import MIXES, BenchConfig, run_all
 
-QUICK = dict(planners=["uniform", "dapo", "greso", "oracle"], seeds=2, budget_tokens=60_000, eval_size=500)
+QUICK = dict(planners=["uniform", "dapo", "greso", "oracle"], seeds=2, budget_tokens=40_000, eval_size=1000)
 
 
 def add_bench_parser(sub) -> None:
@@ -21,6 +21,8 @@ def add_bench_parser(sub) -> None:
     p.add_argument("--eval-size", type=int, dest="eval_size")
     p.add_argument("--out", default="bench-out")
     p.add_argument("--report-only", action="store_true", help="rebuild the report from finished runs")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="config override for every run (as in `rollwise train --set`)")
     p.set_defaults(func=cmd_bench)
 
 
@@ -40,7 +42,15 @@ def cmd_bench(args) -> int:
         bad = [m for m in kw["mixes"] if m not in MIXES]
         if bad:
             raise ValueError(f"unknown mix {bad[0]!r}; available: {', '.join(MIXES)}")
-    cfg = BenchConfig(out=args.out, **kw)
+    from ..cli import _parse_value
+
+    extra = {}
+    for item in args.set:
+        if "=" not in item:
+            raise ValueError(f"--set {item!r}: expected KEY=VALUE")
+        k, v = item.split("=", 1)
+        extra[k] = _parse_value(v)
+    cfg = BenchConfig(out=args.out, extra=extra, **kw)
     if "uniform" not in cfg.planners:
         cfg.planners = ["uniform"] + cfg.planners
     if not args.report_only:

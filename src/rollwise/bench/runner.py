@@ -95,5 +95,7 @@ def _ensure_base(cfg: BenchConfig, log) -> None:
     from ..policy.warmstart import WarmStartConfig, base_checkpoint
     from ..tasks.arithmetic import ArithmeticTask
 
-    ws = WarmStartConfig(**cfg.extra.get("warmstart", {}))
+    ws_opts = dict(cfg.extra.get("warmstart", {}))
+    ws_opts.update({k.split(".", 1)[1]: v for k, v in cfg.extra.items() if k.startswith("warmstart.")})
+    ws = WarmStartConfig(**ws_opts)
     base_checkpoint(ArithmeticTask(pool_size=cfg.pool_size), ws, log=log)

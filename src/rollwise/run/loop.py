@@ -95,6 +95,7 @@ class Trainer:
                 "reward_mean": float(np.mean([r.reward for g in generated for r in g.rollouts] or [0])),
                 "group_min": min(sizes), "group_mean": float(np.mean(sizes)), "group_max": max(sizes),
                 **{f"tokens_{k}": v for k, v in self.ledger.tokens.items()},
+                **{f"rollouts_{k}": v for k, v in self.ledger.rollouts.items()},
                 **ctx.metrics, **stats, "reward_errors": self.scorer.errors}
 
     # ---- the run ---------------------------------------------------------------------------
