@@ -3,61 +3,12 @@ import pickle
 
 import numpy as np
 import pytest
-import torch
 
 from rollwise.control.aero import AERO, betainc, informative_prob
-from rollwise.control.base import Planner, StepContext
-from rollwise.core.history import PromptHistory
-from rollwise.core.ledger import Ledger
-from rollwise.core.types import Group, Prompt, Rollout
+from rollwise.control.base import Planner
+from rollwise.core.types import Group
 
-
-def R(pid, correct, purpose="train"):
-    return Rollout(pid, [1, 2], torch.arange(3), torch.zeros(3), "x", "eos", 0, purpose,
-                   reward=float(correct), correct=bool(correct))
-
-
-class Engine:
-    def __init__(self, rates, ledger):
-        self.rates, self.ledger, self.seen = rates, ledger, {}
-
-    def __call__(self, requests):
-        out = []
-        for q in requests:
-            pid, p = q.prompt.id, self.rates[q.prompt.id]
-            rs = []
-            for _ in range(q.n):
-                j = self.seen.get(pid, 0)
-                self.seen[pid] = j + 1
-                rs.append(R(pid, int((j + 1) * p + 1e-9) > int(j * p + 1e-9), q.purpose))
-            self.ledger.charge(rs)
-            out.append(Group(q.prompt, rs))
-        return out
-
-
-def make_ctx(n_prompts, B, n=8, step=0):
-    pool = [Prompt(i, f"q{i}", str(i)) for i in range(n_prompts)]
-    return StepContext(step, B, n, pool, PromptHistory(n_prompts), Ledger(), np.random.default_rng(0))
-
-
-def run_step(planner, ctx, engine):
-    ctx.groups, ctx.metrics = {}, {}
-    reqs = planner.start(ctx)
-    rounds = []
-    while reqs:
-        rounds.append({q.prompt.id: q.n for q in reqs})
-        grown = []
-        for g in engine(reqs):
-            if g.prompt.id in ctx.groups:
-                ctx.groups[g.prompt.id].rollouts.extend(g.rollouts)
-            else:
-                ctx.groups[g.prompt.id] = g
-            grown.append(ctx.groups[g.prompt.id])
-        reqs = planner.more(grown, ctx)
-    batch, rejected = planner.assemble(ctx)
-    ctx.history.record(ctx.groups.values(), ctx.step)
-    planner.observe(batch, ctx)
-    return batch, rejected, rounds
+from fakes import Engine, R, make_ctx, run_step
 
 
 def test_incomplete_beta_closed_forms():

@@ -5,66 +5,17 @@ import numpy as np
 import torch
 
 from rollwise.control.ar3po import AR3PO
-from rollwise.control.base import Planner, StepContext
-from rollwise.core.history import PromptHistory
-from rollwise.core.ledger import Ledger
-from rollwise.core.types import Group, Prompt, Rollout
+from rollwise.control.base import Planner
+from rollwise.core.types import Group
 
-
-def R(pid, correct, purpose="train", version=0):
-    return Rollout(pid, [1, 2], torch.arange(3), torch.zeros(3), "x", "eos", version, purpose,
-                   reward=float(correct), correct=bool(correct))
-
-
-class Engine:
-    def __init__(self, rates, ledger):
-        self.rates, self.ledger, self.seen, self.version = rates, ledger, {}, 0
-
-    def __call__(self, requests):
-        out = []
-        for q in requests:
-            pid, p = q.prompt.id, self.rates[q.prompt.id]
-            rs = []
-            for _ in range(q.n):
-                j = self.seen.get(pid, 0)
-                self.seen[pid] = j + 1
-                rs.append(R(pid, int((j + 1) * p + 1e-9) > int(j * p + 1e-9), q.purpose, self.version))
-            self.ledger.charge(rs)
-            out.append(Group(q.prompt, rs))
-        return out
-
-
-def make_ctx(n_prompts, B, n=8):
-    pool = [Prompt(i, f"q{i}", str(i)) for i in range(n_prompts)]
-    return StepContext(0, B, n, pool, PromptHistory(n_prompts), Ledger(), np.random.default_rng(0))
-
-
-def run_step(planner, ctx, engine):
-    ctx.groups, ctx.metrics = {}, {}
-    reqs = planner.start(ctx)
-    rounds = []
-    while reqs:
-        rounds.append({q.prompt.id: q.n for q in reqs})
-        grown = []
-        for g in engine(reqs):
-            if g.prompt.id in ctx.groups:
-                ctx.groups[g.prompt.id].rollouts.extend(g.rollouts)
-            else:
-                ctx.groups[g.prompt.id] = g
-            grown.append(ctx.groups[g.prompt.id])
-        reqs = planner.more(grown, ctx)
-    batch, rejected = planner.assemble(ctx)
-    ctx.history.record(ctx.groups.values(), ctx.step)
-    planner.observe(batch, ctx)
-    engine.version += 1
-    return batch, rejected, rounds
+from fakes import Engine, R, make_ctx, run_step
 
 
 def test_stages_stop_at_first_correct():
     ctx = make_ctx(3, B=3)
     eng = Engine({0: 1.0, 1: 0.0, 2: 1 / 8}, ctx.ledger)
     planner = Planner([AR3PO(k=4, stages=3)], 3, np.random.default_rng(0))
-    batch, rejected, rounds = run_step(planner, ctx, eng)
+    batch, rejected, rounds = run_step(planner, ctx, eng, advance_version=True)
     assert rounds[0] == {0: 4, 1: 4, 2: 4}
     assert rounds[1] == {1: 4, 2: 4}  # prompt 0 resolved in stage 1
     assert rounds[2] == {1: 4}  # prompt 2 found its correct response at sample 8
@@ -84,7 +35,7 @@ def test_reuse_stored_correct_response():
     planner = Planner([c], 2, np.random.default_rng(0))
     old = R(1, True, version=-7)
     c.buffer[1] = [old]
-    batch, rejected, _ = run_step(planner, ctx, eng)
+    batch, rejected, _ = run_step(planner, ctx, eng, advance_version=True)
     g1 = next(g for g in batch.groups if g.prompt.id == 1)
     assert g1.n == 9 and g1.num_correct == 1  # 8 fresh wrong + the reused correct one ("add")
     reused = g1.rollouts[-1]
@@ -103,7 +54,7 @@ def test_replace_mode_discards_one_fresh_response():
     c = AR3PO(k=4, stages=1, reuse="replace", keep=2)
     c.buffer[0] = [R(0, True, version=-2), R(0, True, version=-1)]
     planner = Planner([c], 1, np.random.default_rng(0))
-    batch, _, _ = run_step(planner, ctx, eng)
+    batch, _, _ = run_step(planner, ctx, eng, advance_version=True)
     g = batch.groups[0]
     assert g.n == 4 and g.num_correct == 1 and g.rollouts[-1].policy_version == -1  # newest stored
     assert ctx.ledger.rollouts["discarded"] == 1 and ctx.ledger.rollouts["train"] == 3
@@ -120,7 +71,7 @@ def test_buffer_keeps_newest_and_no_reuse_option():
     eng = Engine({0: 0.0}, ctx2.ledger)
     none = AR3PO(k=2, stages=1, reuse="none")
     none.buffer = dict(c.buffer)
-    batch, _, _ = run_step(Planner([none], 1, np.random.default_rng(0)), ctx2, eng)
+    batch, _, _ = run_step(Planner([none], 1, np.random.default_rng(0)), ctx2, eng, advance_version=True)
     assert len(batch) == 0
 
 
@@ -131,7 +82,7 @@ def test_state_dict_round_trip():
     planner = Planner([c], 4, np.random.default_rng(0))
     for step in range(3):
         ctx.step = step
-        run_step(planner, ctx, eng)
+        run_step(planner, ctx, eng, advance_version=True)
     s = pickle.loads(pickle.dumps(c.state_dict()))
     d = AR3PO()
     d.load_state_dict(s)

@@ -5,41 +5,11 @@ import numpy as np
 import pytest
 import torch
 
-from rollwise.control.base import Planner, StepContext
+from rollwise.control.base import Planner
 from rollwise.control.cures import CurES, posterior_mean, quotas, sampling_logits
-from rollwise.core.history import PromptHistory
-from rollwise.core.ledger import Ledger
-from rollwise.core.types import Batch, Group, Prompt, Rollout
+from rollwise.core.types import Batch, Rollout
 
-
-def R(pid, correct, purpose="train"):
-    return Rollout(pid, [1, 2], torch.arange(3), torch.zeros(3), "x", "eos", 0, purpose,
-                   reward=float(correct), correct=bool(correct))
-
-
-class Engine:
-    def __init__(self, rates, ledger):
-        self.rates, self.ledger, self.seen = rates, ledger, {}
-
-    def __call__(self, requests):
-        out = []
-        for q in requests:
-            pid, p = q.prompt.id, self.rates[q.prompt.id]
-            rs = []
-            for _ in range(q.n):
-                j = self.seen.get(pid, 0)
-                self.seen[pid] = j + 1
-                rs.append(R(pid, int((j + 1) * p + 1e-9) > int(j * p + 1e-9), q.purpose))
-            self.ledger.charge(rs)
-            out.append(Group(q.prompt, rs))
-        return out
-
-
-def make_ctx(rates, B=2, n=8, seed=0):
-    pool = [Prompt(i, f"q{i}", str(i)) for i in range(len(rates))]
-    ledger = Ledger()
-    eng = Engine(rates, ledger)
-    return StepContext(0, B, n, pool, PromptHistory(len(pool)), ledger, np.random.default_rng(seed), sample=eng), eng
+from fakes import make_sampled_ctx
 
 
 def test_beta_posterior_mean():
@@ -68,7 +38,7 @@ def test_quotas_proportional_to_sigma():
 
 def test_select_lazy_profiles_and_prefers_medium():
     rates = {0: 0.5, 1: 0.0, 2: 1.0, 3: 0.5}
-    ctx, eng = make_ctx(rates)
+    ctx, eng = make_sampled_ctx(rates, B=2)
     c = CurES(init_rollouts=4, tau=0.01)
     out = c.select(ctx.pool, 2, ctx)
     assert ctx.ledger.rollouts["profile"] == 16 and ctx.ledger.rollouts["train"] == 0
@@ -86,7 +56,7 @@ def test_select_lazy_profiles_and_prefers_medium():
 
 def test_planner_step_allocates_quotas_and_counts():
     rates = {0: 0.5, 1: 0.0, 2: 1.0, 3: 0.5, 4: 0.25, 5: 0.75}
-    ctx, eng = make_ctx(rates, B=3, n=8)
+    ctx, eng = make_sampled_ctx(rates, B=3, n=8)
     c = CurES()
     planner = Planner([c], 6, np.random.default_rng(0))
     reqs = planner.start(ctx)
@@ -103,7 +73,7 @@ def test_planner_step_allocates_quotas_and_counts():
 
 
 def test_state_dict_round_trip():
-    ctx, _ = make_ctx({i: 0.5 for i in range(5)})
+    ctx, _ = make_sampled_ctx({i: 0.5 for i in range(5)}, B=2)
     c = CurES()
     c.select(ctx.pool, 2, ctx)
     s = pickle.loads(pickle.dumps(c.state_dict()))
@@ -153,7 +123,7 @@ def test_grad_mode_measures_sigma_at_profiling():
     (g,) = torch.autograd.grad(-lp[1:].sum(), [pol.model.wte.weight])
     assert n == pytest.approx(float(g.norm()), rel=1e-5) and n > 0
     rates = {0: 0.5, 1: 0.25, 2: 0.0, 3: 1.0}
-    ctx, eng = make_ctx(rates)
+    ctx, eng = make_sampled_ctx(rates, B=2)
     ctx.policy = pol
     c = CurES(sigma="grad")
     c.select(ctx.pool, 2, ctx)

@@ -3,63 +3,11 @@ import pickle
 
 import numpy as np
 import pytest
-import torch
 
-from rollwise.control.base import Planner, StepContext
+from rollwise.control.base import Planner
 from rollwise.control.dars import DARS, DARSHW, schedule_et, schedule_hw
-from rollwise.core.history import PromptHistory
-from rollwise.core.ledger import Ledger
-from rollwise.core.types import Group, Prompt, Rollout
 
-
-def R(pid, correct, purpose="train"):
-    return Rollout(pid, [1, 2], torch.arange(3), torch.zeros(3), "x", "eos", 0, purpose,
-                   reward=float(correct), correct=bool(correct))
-
-
-def make_ctx(pool_size=8, n=8, B=4, step=0):
-    pool = [Prompt(i, f"q{i}", str(i)) for i in range(pool_size)]
-    return StepContext(step, B, n, pool, PromptHistory(pool_size), Ledger(), np.random.default_rng(0))
-
-
-class Engine:
-    """Deterministic: the j-th sample of prompt x is correct iff floor((j+1) p) > floor(j p)."""
-
-    def __init__(self, rates, ledger):
-        self.rates, self.ledger, self.seen = rates, ledger, {}
-
-    def __call__(self, requests):
-        out = []
-        for q in requests:
-            pid, p = q.prompt.id, self.rates[q.prompt.id]
-            rs = []
-            for _ in range(q.n):
-                j = self.seen.get(pid, 0)
-                self.seen[pid] = j + 1
-                rs.append(R(pid, int((j + 1) * p + 1e-9) > int(j * p + 1e-9), q.purpose))
-            self.ledger.charge(rs)
-            out.append(Group(q.prompt, rs))
-        return out
-
-
-def run_step(planner, ctx, engine):
-    ctx.groups = {}
-    reqs = planner.start(ctx)
-    sizes = []
-    while reqs:
-        sizes.append({q.prompt.id: q.n for q in reqs})
-        grown = []
-        for g in engine(reqs):
-            if g.prompt.id in ctx.groups:
-                ctx.groups[g.prompt.id].rollouts.extend(g.rollouts)
-            else:
-                ctx.groups[g.prompt.id] = g
-            grown.append(ctx.groups[g.prompt.id])
-        reqs = planner.more(grown, ctx)
-    batch, rejected = planner.assemble(ctx)
-    ctx.history.record(ctx.groups.values(), ctx.step)
-    planner.observe(batch, ctx)
-    return batch, rejected, sizes
+from fakes import Engine, make_ctx, run_step
 
 
 def test_et_hand_computed():
@@ -98,7 +46,7 @@ def test_two_stage_step_and_filter():
     ctx = make_ctx(pool_size=4, B=4)
     rates = {0: 1 / 8, 1: 0.5, 2: 0.0, 3: 1.0}
     planner = Planner([DARS()], 4, np.random.default_rng(1))
-    batch, rejected, sizes = run_step(planner, ctx, Engine(rates, ctx.ledger))
+    batch, rejected, sizes = run_step(planner, ctx, Engine(rates, ctx.ledger), reset_metrics=False)
     assert sizes[0] == {0: 8, 1: 8, 2: 8, 3: 8}
     assert sizes[1] == {0: 11, 2: 24}  # stage 2 only for accuracy < 0.5
     assert len(sizes) == 2  # no third stage
@@ -114,10 +62,10 @@ def test_hw_variant_and_next_step_resets():
     ctx = make_ctx(pool_size=2, B=2)
     planner = Planner([DARSHW()], 2, np.random.default_rng(1))
     eng = Engine({0: 0.25, 1: 0.75}, ctx.ledger)
-    _, _, sizes = run_step(planner, ctx, eng)
+    _, _, sizes = run_step(planner, ctx, eng, reset_metrics=False)
     assert sizes[1] == {0: 8}
     ctx.step = 1
-    _, _, sizes = run_step(planner, ctx, eng)
+    _, _, sizes = run_step(planner, ctx, eng, reset_metrics=False)
     assert sizes[0] == {0: 8, 1: 8} and 0 in sizes[1]
 
 

@@ -1,23 +1,12 @@
 """DUET (count half): informativeness from PromptHistory and the count rule."""
 import numpy as np
 import pytest
-import torch
 
-from rollwise.control.base import Planner, StepContext
+from rollwise.control.base import Planner
 from rollwise.control.duet import DUET, allocate_counts, informativeness
-from rollwise.core.history import PromptHistory
-from rollwise.core.ledger import Ledger
-from rollwise.core.types import Group, Prompt, Rollout
+from rollwise.core.types import Group
 
-
-def R(pid, correct):
-    return Rollout(pid, [1, 2], torch.arange(3), torch.zeros(3), "x", "eos", 0, "train",
-                   reward=float(correct), correct=bool(correct))
-
-
-def make_ctx(pool_size=6, B=4, n=8):
-    pool = [Prompt(i, f"q{i}", str(i)) for i in range(pool_size)]
-    return StepContext(0, B, n, pool, PromptHistory(pool_size), Ledger(), np.random.default_rng(0))
+from fakes import R, make_ctx
 
 
 def test_informativeness_shrinkage_and_age():
@@ -56,7 +45,7 @@ def test_allocate_reads_history_and_planner_drops_zero():
 
 
 def test_budget_follows_incoming_ns_and_state_is_empty():
-    ctx = make_ctx()
+    ctx = make_ctx(pool_size=6)
     c = DUET(n_min=1)
     assert sum(c.allocate(ctx.pool[:4], [4] * 4, ctx)) == 16  # unseen: equal shares of 16
     assert c.state_dict() == {}

@@ -1,27 +1,19 @@
 """E3: rank-based counts (with and without the n_max cap), epoch-end ranks and ranges, the
 entropy-targeting temperature (reported, not applied), state."""
+import functools
 import math
 import pickle
 
 import numpy as np
 import pytest
-import torch
 
-from rollwise.control.base import StepContext
 from rollwise.control.e3 import E3, TemperatureScheduler, epoch_ranks, rollout_counts
-from rollwise.core.history import PromptHistory
-from rollwise.core.ledger import Ledger
-from rollwise.core.types import Batch, Group, Prompt, Rollout
+from rollwise.core.types import Batch, Group
 
+import fakes
+from fakes import make_ctx
 
-def R(pid, correct, entropy=1.0, ntok=4):
-    return Rollout(pid, [1, 2], torch.arange(ntok), torch.zeros(ntok), "x", "eos", 0, "train",
-                   entropy=entropy, reward=float(correct), correct=bool(correct))
-
-
-def make_ctx(pool_size=8, B=4, n=8):
-    pool = [Prompt(i, f"q{i}", str(i)) for i in range(pool_size)]
-    return StepContext(0, B, n, pool, PromptHistory(pool_size), Ledger(), np.random.default_rng(0))
+R = functools.partial(fakes.R, entropy=1.0, ntok=4)
 
 
 def test_counts_epoch_one_is_uniform():

@@ -6,63 +6,11 @@ import pickle
 import numpy as np
 import torch
 
-from rollwise.control.base import Planner, StepContext
+from rollwise.control.base import Planner
 from rollwise.control.pilot_commit import PilotCommit, max_variance_subset
-from rollwise.core.history import PromptHistory
-from rollwise.core.ledger import Ledger
-from rollwise.core.types import Group, Prompt, Rollout
+from rollwise.core.types import Group
 
-
-def R(pid, correct, purpose="train", version=0):
-    return Rollout(pid, [1, 2], torch.arange(3), torch.zeros(3), "x", "eos", version, purpose,
-                   reward=float(correct), correct=bool(correct))
-
-
-class Engine:
-    """Deterministic pass rates: the j-th sample of x is correct iff floor((j+1)p) > floor(jp)."""
-
-    def __init__(self, rates, ledger):
-        self.rates, self.ledger, self.seen, self.version = rates, ledger, {}, 0
-
-    def __call__(self, requests):
-        out = []
-        for q in requests:
-            pid, p = q.prompt.id, self.rates[q.prompt.id]
-            rs = []
-            for _ in range(q.n):
-                j = self.seen.get(pid, 0)
-                self.seen[pid] = j + 1
-                rs.append(R(pid, int((j + 1) * p + 1e-9) > int(j * p + 1e-9), q.purpose, self.version))
-            self.ledger.charge(rs)
-            out.append(Group(q.prompt, rs))
-        return out
-
-
-def make_ctx(rates, n=8, B=4, seed=0):
-    pool = [Prompt(i, f"q{i}", str(i)) for i in range(len(rates))]
-    ledger = Ledger()
-    eng = Engine(rates, ledger)
-    ctx = StepContext(0, B, n, pool, PromptHistory(len(pool)), ledger, np.random.default_rng(seed), sample=eng)
-    return ctx, eng
-
-
-def run_step(planner, ctx, engine):
-    ctx.groups, ctx.metrics = {}, {}
-    reqs = planner.start(ctx)
-    while reqs:
-        grown = []
-        for g in engine(reqs):
-            if g.prompt.id in ctx.groups:
-                ctx.groups[g.prompt.id].rollouts.extend(g.rollouts)
-            else:
-                ctx.groups[g.prompt.id] = g
-            grown.append(ctx.groups[g.prompt.id])
-        reqs = planner.more(grown, ctx)
-    batch, rejected = planner.assemble(ctx)
-    ctx.history.record(ctx.groups.values(), ctx.step)
-    planner.observe(batch, ctx)
-    engine.version += 1
-    return batch
+from fakes import R, make_sampled_ctx, run_step
 
 
 def plain(x):
@@ -101,7 +49,7 @@ def test_max_variance_downsampling():
 
 def test_pilot_round_buffer_and_exclusion():
     rates = {0: 0.5, 1: 1.0, 2: 0.0, 3: 0.25, 4: 0.75, 5: 0.5}
-    ctx, eng = make_ctx(rates)
+    ctx, eng = make_sampled_ctx(rates)
     c = PilotCommit(n_pilot=4, n_commit=4)
     # round 1: empty buffer -> nothing committed, all candidates piloted
     out = c.select(ctx.pool[:5], 4, ctx)
@@ -132,7 +80,7 @@ def test_buffer_strategies():
 
 
 def test_finish_prepends_pilots_and_downsamples():
-    ctx, _ = make_ctx({0: 0.5, 1: 0.5})
+    ctx, _ = make_sampled_ctx({0: 0.5, 1: 0.5})
     c = PilotCommit(n_pilot=8, n_pilot_keep=4)
     pilots = [R(0, x, "pilot") for x in (1, 1, 1, 1, 1, 1, 0, 0)]
     c._begin(ctx)
@@ -149,12 +97,12 @@ def test_finish_prepends_pilots_and_downsamples():
 def test_planner_steps_flush_and_group_shape():
     rng = np.random.default_rng(3)
     rates = {i: float(rng.choice([0.0, 0.25, 0.5, 0.75, 1.0])) for i in range(40)}
-    ctx, eng = make_ctx(rates, B=4)
+    ctx, eng = make_sampled_ctx(rates, B=4)
     c = PilotCommit(n_pilot=4, n_commit=4, max_off_steps=1)
     planner = Planner([c], 40, np.random.default_rng(0))
     for step in range(4):
         ctx.step = step
-        batch = run_step(planner, ctx, eng)
+        batch = run_step(planner, ctx, eng, advance_version=True)[0]
         assert 0 < len(batch) <= 4
         for g in batch.groups:
             assert g.n == 8
@@ -168,9 +116,9 @@ def test_planner_steps_flush_and_group_shape():
 
 def test_max_rounds_caps_pilots():
     rates = {i: 0.0 for i in range(200)}  # nothing passes the pilot
-    ctx, eng = make_ctx(rates, B=4)
+    ctx, eng = make_sampled_ctx(rates, B=4)
     planner = Planner([PilotCommit(max_gen_rounds=3, gen_ratio=2)], 200, np.random.default_rng(0))
-    batch = run_step(planner, ctx, eng)
+    batch = run_step(planner, ctx, eng, advance_version=True)[0]
     assert len(batch) == 0
     assert ctx.ledger.rollouts["pilot"] == 3 * 8 * 4  # 3 rounds x (2 * 4 candidates) x 4 pilots
 
@@ -178,11 +126,11 @@ def test_max_rounds_caps_pilots():
 def test_state_dict_round_trip_and_exact_resume():
     rng = np.random.default_rng(5)
     rates = {i: float(rng.choice([0.0, 0.25, 0.5, 0.75, 1.0])) for i in range(30)}
-    ctx, eng = make_ctx(rates, B=3)
+    ctx, eng = make_sampled_ctx(rates, B=3)
     planner = Planner([PilotCommit()], 30, np.random.default_rng(0))
     for step in range(2):
         ctx.step = step
-        run_step(planner, ctx, eng)
+        run_step(planner, ctx, eng, advance_version=True)
     assert planner.components[0].buffer  # something to carry over
     state = planner.state_dict()
     assert plain(state["components"][0])
@@ -191,18 +139,18 @@ def test_state_dict_round_trip_and_exact_resume():
             copy.deepcopy(eng.seen), copy.deepcopy(ctx.history.state_dict()))
 
     ctx.step = 2
-    a = run_step(planner, ctx, eng)
+    a = run_step(planner, ctx, eng, advance_version=True)[0]
 
     rng2 = np.random.default_rng()
     rng2.bit_generator.state = snap[0]
     p2 = Planner([PilotCommit()], 30, rng2)
     p2.load_state_dict(state)
-    ctx2, eng2 = make_ctx(rates, B=3)
+    ctx2, eng2 = make_sampled_ctx(rates, B=3)
     ctx2.rng.bit_generator.state = snap[1]
     eng2.seen, eng2.version = snap[2], 2
     ctx2.history.load_state_dict(snap[3])
     ctx2.step = 2
-    b = run_step(p2, ctx2, eng2)
+    b = run_step(p2, ctx2, eng2, advance_version=True)[0]
     sig = lambda batch: [(g.prompt.id, [(r.correct, r.purpose, r.policy_version) for r in g.rollouts]) for g in batch.groups]
     assert sig(a) == sig(b)
     s1, s2 = planner.components[0].state_dict(), p2.components[0].state_dict()

@@ -5,46 +5,16 @@ import pickle
 import numpy as np
 import torch
 
-from rollwise.control.base import Planner, StepContext
+from rollwise.control.base import Planner
 from rollwise.control.pvpo import PVPO
-from rollwise.core.history import PromptHistory
-from rollwise.core.ledger import Ledger
-from rollwise.core.types import Group, Prompt, Rollout
+from rollwise.core.types import Group
 
-
-def R(pid, correct, purpose="train"):
-    return Rollout(pid, [1, 2], torch.arange(3), torch.zeros(3), "x", "eos", 0, purpose,
-                   reward=float(correct), correct=bool(correct))
-
-
-class Engine:
-    def __init__(self, rates, ledger):
-        self.rates, self.ledger, self.seen = rates, ledger, {}
-
-    def __call__(self, requests):
-        out = []
-        for q in requests:
-            pid, p = q.prompt.id, self.rates[q.prompt.id]
-            rs = []
-            for _ in range(q.n):
-                j = self.seen.get(pid, 0)
-                self.seen[pid] = j + 1
-                rs.append(R(pid, int((j + 1) * p + 1e-9) > int(j * p + 1e-9), q.purpose))
-            self.ledger.charge(rs)
-            out.append(Group(q.prompt, rs))
-        return out
-
-
-def make_ctx(rates, B=4, n=8):
-    pool = [Prompt(i, f"q{i}", str(i)) for i in range(len(rates))]
-    ledger = Ledger()
-    eng = Engine(rates, ledger)
-    return StepContext(0, B, n, pool, PromptHistory(len(pool)), ledger, np.random.default_rng(0), sample=eng), eng
+from fakes import R, make_sampled_ctx
 
 
 def test_setup_presamples_and_filters():
     rates = {0: 1.0, 1: 0.5, 2: 0.0, 3: 0.25}
-    ctx, eng = make_ctx(rates)
+    ctx, eng = make_sampled_ctx(rates)
     c = PVPO(ref_k=8)
     c.setup(ctx)
     assert ctx.ledger.rollouts["profile"] == 4 * 8 and ctx.ledger.rollouts["train"] == 0
@@ -57,7 +27,7 @@ def test_setup_presamples_and_filters():
 
 def test_groups_carry_the_anchor_to_the_learner():
     rates = {0: 1.0, 1: 0.5, 2: 0.0, 3: 0.25}
-    ctx, eng = make_ctx(rates, B=3)
+    ctx, eng = make_sampled_ctx(rates, B=3)
     planner = Planner([PVPO(ref_k=4)], 4, np.random.default_rng(0))
     reqs = planner.start(ctx)
     assert sorted(q.prompt.id for q in reqs) == [1, 2, 3]  # setup ran, solved prompt 0 filtered
@@ -72,7 +42,7 @@ def test_groups_carry_the_anchor_to_the_learner():
 
 def test_lazy_profiling_and_refresh():
     rates = {0: 0.5, 1: 1.0, 2: 0.25}
-    ctx, eng = make_ctx(rates)
+    ctx, eng = make_sampled_ctx(rates)
     c = PVPO(ref_k=4, lazy=True, refresh_every=10)
     c.setup(ctx)
     assert ctx.ledger.rollouts["profile"] == 0  # lazy: nothing up front
@@ -92,7 +62,7 @@ def test_lazy_profiling_and_refresh():
 
 
 def test_state_dict_round_trip():
-    ctx, _ = make_ctx({0: 0.5, 1: 1.0, 2: 0.0})
+    ctx, _ = make_sampled_ctx({0: 0.5, 1: 1.0, 2: 0.0})
     c = PVPO()
     c.setup(ctx)
     s = pickle.loads(pickle.dumps(c.state_dict()))

@@ -2,44 +2,11 @@
 import pickle
 
 import numpy as np
-import torch
 
-from rollwise.control.base import Planner, StepContext
+from rollwise.control.base import Planner
 from rollwise.control.sgpo import SGPO, group_size
-from rollwise.core.history import PromptHistory
-from rollwise.core.ledger import Ledger
-from rollwise.core.types import Group, Prompt, Rollout
 
-
-def R(pid, correct, purpose="train"):
-    return Rollout(pid, [1, 2], torch.arange(3), torch.zeros(3), "x", "eos", 0, purpose,
-                   reward=float(correct), correct=bool(correct))
-
-
-class Engine:
-    def __init__(self, rates, ledger):
-        self.rates, self.ledger, self.seen, self.calls = rates, ledger, {}, []
-
-    def __call__(self, requests):
-        self.calls.append(len(requests))
-        out = []
-        for q in requests:
-            pid, p = q.prompt.id, self.rates[q.prompt.id]
-            rs = []
-            for _ in range(q.n):
-                j = self.seen.get(pid, 0)
-                self.seen[pid] = j + 1
-                rs.append(R(pid, int((j + 1) * p + 1e-9) > int(j * p + 1e-9), q.purpose))
-            self.ledger.charge(rs)
-            out.append(Group(q.prompt, rs))
-        return out
-
-
-def make_ctx(rates, B=4, n=8):
-    pool = [Prompt(i, f"q{i}", str(i)) for i in range(len(rates))]
-    ledger = Ledger()
-    eng = Engine(rates, ledger)
-    return StepContext(0, B, n, pool, PromptHistory(len(pool)), ledger, np.random.default_rng(0), sample=eng), eng
+from fakes import make_sampled_ctx
 
 
 def test_group_size_rule():
@@ -56,7 +23,7 @@ def test_group_size_rule():
 
 def test_setup_profiles_filters_and_orders():
     rates = {0: 1.0, 1: 0.25, 2: 0.0, 3: 0.75, 4: 0.5, 5: 0.0, 6: 0.25, 7: 1.0}
-    ctx, eng = make_ctx(rates)
+    ctx, eng = make_sampled_ctx(rates)
     c = SGPO(profile_k=4, rho=0.0, chunk=3)
     c.setup(ctx)
     assert ctx.ledger.rollouts["profile"] == 8 * 4 and ctx.ledger.rollouts["train"] == 0
@@ -74,7 +41,7 @@ def test_setup_profiles_filters_and_orders():
 
 def test_curriculum_select_and_allocate_through_planner():
     rates = {0: 1.0, 1: 0.25, 2: 0.0, 3: 0.75, 4: 0.5, 5: 0.125}
-    ctx, eng = make_ctx(rates, B=2)
+    ctx, eng = make_sampled_ctx(rates, B=2)
     c = SGPO(profile_k=8, rho=1.0)
     planner = Planner([c], 6, np.random.default_rng(0))
     order = []
@@ -93,7 +60,7 @@ def test_curriculum_select_and_allocate_through_planner():
 
 def test_state_dict_round_trip_resumes_curriculum():
     rates = {i: [0.0, 0.25, 0.5, 0.75, 1.0][i % 5] for i in range(20)}
-    ctx, eng = make_ctx(rates)
+    ctx, eng = make_sampled_ctx(rates)
     c = SGPO()
     c.setup(ctx)
     c.select(ctx.pool, 5, ctx)
