@@ -34,7 +34,9 @@ class BenchConfig:
     jobs: int = 2
     eval_every: int = 5
     eval_size: int = 1000
-    pool_size: int = 2000
+    # Small enough that a run revisits every prompt ~3 times within the budget: history-based selection
+    # (GRESO, Prompt Replay, CDAS, ...) needs prompts to come back, as they do over the papers' epochs.
+    pool_size: int = 300
     extra: dict = field(default_factory=dict)  # more config overrides for every run
 
 
