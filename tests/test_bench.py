@@ -30,6 +30,9 @@ def test_bootstrap_ratio_point_and_interval():
     assert r == 2.0 and lo <= 2.0 <= hi and lo > 1.0
     r, lo, hi = bootstrap_ratio(base, np.array([np.inf, np.inf, 500.0]), rng)
     assert r == 0.0  # the median run never reached the target
+    # two seeds, one unreached: the lower median is the reached run, not inf
+    r, _, _ = bootstrap_ratio(np.array([1000.0, np.inf]), np.array([500.0, np.inf]), rng)
+    assert r == 2.0
 
 
 def test_summary_and_report_from_run_dirs(tmp_path):

@@ -48,11 +48,18 @@ def run_figures(rows: list[dict], target: float) -> dict:
     }
 
 
+def median(x) -> float:
+    """Lower median: with an even number of seeds it is the lower middle run, never the mean of a
+    finite and an infinite (unreached) run. The target is GRPO's median final accuracy, so at least
+    half of GRPO's runs reach it and GRPO's own median stays finite."""
+    return float(np.quantile(np.asarray(x, dtype=float), 0.5, method="lower"))
+
+
 def bootstrap_ratio(base: np.ndarray, other: np.ndarray, rng: np.random.Generator, B: int = 2000):
     """Ratio of median tokens-to-target (baseline / planner): > 1 means the planner needs fewer tokens.
     Seeds are resampled independently for both; unreached runs count as infinite tokens."""
     def ratio(b, o):
-        mb, mo = np.median(b), np.median(o)
+        mb, mo = median(b), median(o)
         if np.isinf(mo):
             return 0.0
         return float(mb / mo) if np.isfinite(mb) else float("inf")
@@ -72,7 +79,7 @@ def summarize(cfg: BenchConfig, target: float | None = None, seed: int = 0) -> d
         if BASELINE not in runs:
             raise ValueError(f"the bench needs the {BASELINE!r} planner (GRPO) as its baseline")
         base_final = [run_figures(r, 1.0)["final_acc"] for r in runs[BASELINE] if r]
-        tgt = target if target is not None else float(np.median(base_final))
+        tgt = target if target is not None else median(base_final)
         mix_out = {"target_acc": tgt, "planners": {}}
         base_ttt = np.array([run_figures(r, tgt)["tokens_to_target"] for r in runs[BASELINE] if r])
         for p, rs in runs.items():
@@ -84,7 +91,7 @@ def summarize(cfg: BenchConfig, target: float | None = None, seed: int = 0) -> d
             base_wall = np.median([run_figures(r, tgt)["wall_s"] for r in runs[BASELINE] if r])
             mix_out["planners"][p] = {
                 "ratio": ratio, "ci_low": lo, "ci_high": hi,
-                "tokens_to_target": float(np.median(ttt)),
+                "tokens_to_target": median(ttt),
                 "reached": int(np.isfinite(ttt).sum()), "runs": len(figs),
                 "final_acc": float(np.mean([f["final_acc"] for f in figs])),
                 "final_acc_sd": float(np.std([f["final_acc"] for f in figs])),
