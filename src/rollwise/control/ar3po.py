@@ -34,7 +34,6 @@ from dataclasses import replace
 from ..core.registry import register
 from ..core.types import Batch, Group, Prompt, Request, Rollout
 from .base import Component, StepContext
-from .pilot_commit import rollout_from_state, rollout_state
 
 
 @register("planner", "ar3po", provenance="ABS+SEC+INF",
@@ -118,11 +117,11 @@ class AR3PO(Component):
 
     # ---- persistence ---------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        return {"buffer": {pid: [rollout_state(r) for r in rs] for pid, rs in self.buffer.items()},
+        return {"buffer": {pid: [r.to_state() for r in rs] for pid, rs in self.buffer.items()},
                 "step": self._step, "stage": dict(self._stage), "reused": sorted(self._reused)}
 
     def load_state_dict(self, s: dict) -> None:
-        self.buffer = {int(pid): [rollout_from_state(d) for d in rs] for pid, rs in s["buffer"].items()}
+        self.buffer = {int(pid): [Rollout.from_state(d) for d in rs] for pid, rs in s["buffer"].items()}
         self._step = None if s["step"] is None else int(s["step"])
         self._stage = {int(k): int(v) for k, v in s["stage"].items()}
         self._reused = {int(x) for x in s["reused"]}

@@ -45,10 +45,8 @@ oversample = 4.
 """
 from __future__ import annotations
 
-from dataclasses import fields
 
 import numpy as np
-import torch
 
 from ..core.registry import register
 from ..core.types import Batch, Group, Prompt, Request, Rollout
@@ -91,22 +89,6 @@ def predict_pass_rate(emb_q: np.ndarray, emb_ref: np.ndarray, y_ref: np.ndarray,
             a, b = float(y.mean()), 0.0
         p_q = a + b * p_q
     return np.clip(p_q, 0.0, 1.0)
-
-
-def _rollout_to_state(r: Rollout) -> dict:
-    out = {}
-    for f in fields(Rollout):
-        v = getattr(r, f.name)
-        out[f.name] = v.detach().cpu().numpy().copy() if isinstance(v, torch.Tensor) else (list(v) if isinstance(v, list) else v)
-    return out
-
-
-def _rollout_from_state(s: dict) -> Rollout:
-    kw = dict(s)
-    kw["token_ids_T"] = torch.as_tensor(np.asarray(s["token_ids_T"]), dtype=torch.long)
-    kw["logprobs_T"] = torch.as_tensor(np.asarray(s["logprobs_T"]), dtype=torch.float32)
-    kw["prompt_ids"] = [int(t) for t in s["prompt_ids"]]
-    return Rollout(**kw)
 
 
 @register("planner", "dots", provenance="CODE+INF",
@@ -246,7 +228,7 @@ class DOTS(Component):
             "age": self.age, "last_step": self._last_step, "replay_k": self._replay_k,
             "buffer": [{"prompt": {"id": g.prompt.id, "text": g.prompt.text, "answer": g.prompt.answer,
                                    "level": g.prompt.level},
-                        "rollouts": [_rollout_to_state(r) for r in g.rollouts]} for g in self.buffer],
+                        "rollouts": [r.to_state() for r in g.rollouts]} for g in self.buffer],
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -255,6 +237,6 @@ class DOTS(Component):
         self.age = int(state["age"])
         self._last_step = None if state["last_step"] is None else int(state["last_step"])
         self._replay_k = int(state["replay_k"])
-        self.buffer = [Group(Prompt(**b["prompt"]), [_rollout_from_state(r) for r in b["rollouts"]])
+        self.buffer = [Group(Prompt(**b["prompt"]), [Rollout.from_state(r) for r in b["rollouts"]])
                        for b in state["buffer"]]
         self._replayed = set()

@@ -42,31 +42,15 @@ generation at 1.5x GRPO's (pilot 2B*4 + commit B*4 = 1.5 * B*8).
 """
 from __future__ import annotations
 
-from dataclasses import fields
 
 import numpy as np
-import torch
 
 from ..core.registry import register
 from ..core.types import Batch, Group, Prompt, Request, Rollout
 from .base import Component, StepContext
 
 
-# ---- helpers shared by the allocation components (AR3PO and AERO import these) -------------------
-def rollout_state(r: Rollout) -> dict:
-    """A Rollout as plain python/torch values (for state_dict)."""
-    out = {}
-    for f in fields(Rollout):
-        v = getattr(r, f.name)
-        out[f.name] = v.clone() if isinstance(v, torch.Tensor) else (list(v) if isinstance(v, list) else v)
-    return out
-
-
-def rollout_from_state(d: dict) -> Rollout:
-    names = {f.name for f in fields(Rollout)}
-    return Rollout(**{k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in d.items() if k in names})
-
-
+# ---- helpers shared by the allocation components (AERO imports this) -------------------------------
 def max_variance_subset(rewards, m: int, rng: np.random.Generator) -> np.ndarray:
     """Indices of a size-m subset with the largest reward variance.
 
@@ -244,16 +228,16 @@ class PilotCommit(Component):
     def state_dict(self) -> dict:
         return {
             "buffer": [{"pid": pid, "step": e["step"], "mean": e["mean"], "std": e["std"],
-                        "rollouts": [rollout_state(r) for r in e["rollouts"]]} for pid, e in self.buffer.items()],
+                        "rollouts": [r.to_state() for r in e["rollouts"]]} for pid, e in self.buffer.items()],
             "pool_size": -1 if self.excluded is None else len(self.excluded),
             "excluded": np.zeros(0, np.int64) if self.excluded is None else np.flatnonzero(self.excluded),
             "step": self._step, "rounds": self._rounds,
-            "commits": {pid: [rollout_state(r) for r in rs] for pid, rs in self._commits.items()},
+            "commits": {pid: [r.to_state() for r in rs] for pid, rs in self._commits.items()},
         }
 
     def load_state_dict(self, s: dict) -> None:
         self.buffer = {int(e["pid"]): {"step": int(e["step"]), "mean": float(e["mean"]), "std": float(e["std"]),
-                                       "rollouts": [rollout_from_state(d) for d in e["rollouts"]]}
+                                       "rollouts": [Rollout.from_state(d) for d in e["rollouts"]]}
                        for e in s["buffer"]}
         size = int(s["pool_size"])
         self.excluded = None
@@ -262,4 +246,4 @@ class PilotCommit(Component):
             self.excluded[np.asarray(s["excluded"], dtype=np.int64)] = True
         self._step = None if s["step"] is None else int(s["step"])
         self._rounds = int(s["rounds"])
-        self._commits = {int(pid): [rollout_from_state(d) for d in rs] for pid, rs in s["commits"].items()}
+        self._commits = {int(pid): [Rollout.from_state(d) for d in rs] for pid, rs in s["commits"].items()}

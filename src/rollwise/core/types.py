@@ -5,7 +5,7 @@ however many the planner asked for (in however many stages).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Literal
 
 import torch
@@ -57,6 +57,21 @@ class Rollout:
     @property
     def num_tokens(self) -> int:
         return int(self.token_ids_T.numel())
+
+    def to_state(self) -> dict:
+        """Plain python/numpy values, for planners that keep rollouts in their state_dict."""
+        return {f.name: (v.detach().cpu().numpy().copy() if isinstance(v, torch.Tensor)
+                         else list(v) if isinstance(v, list) else v)
+                for f in fields(self) for v in [getattr(self, f.name)]}
+
+    @classmethod
+    def from_state(cls, d: dict) -> "Rollout":
+        names = {f.name for f in fields(cls)}
+        kw = {k: v for k, v in d.items() if k in names}
+        kw["token_ids_T"] = torch.as_tensor(kw["token_ids_T"], dtype=torch.long).clone()
+        kw["logprobs_T"] = torch.as_tensor(kw["logprobs_T"], dtype=torch.float32).clone()
+        kw["prompt_ids"] = [int(t) for t in kw["prompt_ids"]]
+        return cls(**kw)
 
 
 @dataclass
