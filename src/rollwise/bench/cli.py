@@ -56,7 +56,8 @@ def cmd_bench(args) -> int:
         cfg.planners = ["uniform"] + cfg.planners
     if not args.report_only:
         run_all(cfg)
-    command = "rollwise " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["bench"] else "rollwise bench"
+    argv = [a for a in sys.argv[1:] if a != "--report-only"]  # record the command that made the runs
+    command = "rollwise " + " ".join(shlex.quote(a) for a in argv) if argv[:1] == ["bench"] else "rollwise bench"
     summary = write_report(cfg, command, args.target)
     for mix in cfg.mixes:
         print(f"\n## mix {mix}\n" + markdown_table(summary, mix))
