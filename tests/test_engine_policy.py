@@ -40,7 +40,7 @@ def check_engine(pol):
     assert prefilled == 5 + 8 + 2  # each distinct prompt is prefilled once
     rows = [r for g in res for r in g]
     for r in rows:
-        assert 1 <= r.num_tokens <= 6 and r.logprobs_T.shape == r.token_ids_T.shape
+        assert 0 < r.num_tokens <= 6 and r.logprobs_T.shape == r.token_ids_T.shape
         assert (r.logprobs_T <= 0).all()
         assert (r.finish_reason == "eos") == (r.token_ids_T[-1].item() == pol.eos_id)
         assert pol.eos_id not in r.token_ids_T[:-1].tolist()  # sampling stops at EOS
