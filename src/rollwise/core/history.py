@@ -102,6 +102,12 @@ class PromptHistory:
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(n > 0, self.last_correct[ids] / np.maximum(n, 1), np.nan)
 
+    def last_zero_variance(self, ids) -> np.ndarray:
+        """Whether each prompt's last visit was zero-variance (all right or all wrong); False if never visited."""
+        ids = np.asarray(ids, dtype=np.int64)
+        n, c = self.last_n[ids], self.last_correct[ids]
+        return (n > 0) & ((c == 0) | (c == n))
+
     def mean_pass_rate(self, ids) -> np.ndarray:
         ids = np.asarray(ids, dtype=np.int64)
         n = self.total_n[ids]
