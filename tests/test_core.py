@@ -37,14 +37,12 @@ def test_history_records_streaks_and_touches_only_batch_rows():
 
 
 def test_zero_variance_persistence_counts_revisits_of_zero_variance_prompts():
-    from rollwise.run.loop import _zero_variance_persistence
-
     h = PromptHistory(10)
     h.record([make_group(1, [1, 1]), make_group(2, [0, 0]), make_group(3, [1, 0])], step=0)
     assert h.last_zero_variance([1, 2, 3, 4]).tolist() == [True, True, False, False]
     # 1 stays zero-variance, 2 turns mixed, 3 was mixed, 4 is new: 2 revisits of ZV prompts, 1 stayed
     step = [make_group(1, [1, 1, 1]), make_group(2, [0, 1]), make_group(3, [0, 0]), make_group(4, [0])]
-    assert _zero_variance_persistence(h, step) == {"zv_revisits": 2, "zv_revisits_stayed": 1}
+    assert h.zero_variance_persistence(step) == {"zv_revisits": 2, "zv_revisits_stayed": 1}
 
 
 def test_history_save_load_roundtrip(tmp_path):

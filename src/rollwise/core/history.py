@@ -108,6 +108,15 @@ class PromptHistory:
         n, c = self.last_n[ids], self.last_correct[ids]
         return (n > 0) & ((c == 0) | (c == n))
 
+    def zero_variance_persistence(self, groups: Iterable[Group]) -> dict[str, int]:
+        """Call before recording `groups`: of those whose prompt's last visit was zero-variance, how many
+        are zero-variance again. The persistence history-based skipping (GRESO) bets on, and one of the
+        simulator's calibration targets."""
+        groups = [g for g in groups if g.n > 0]
+        was_zv = self.last_zero_variance([g.prompt.id for g in groups]) if groups else []
+        return {"zv_revisits": int(sum(was_zv)),
+                "zv_revisits_stayed": int(sum(g.zero_variance for g, w in zip(groups, was_zv) if w))}
+
     def mean_pass_rate(self, ids) -> np.ndarray:
         ids = np.asarray(ids, dtype=np.int64)
         n = self.total_n[ids]

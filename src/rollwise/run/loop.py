@@ -80,7 +80,7 @@ class Trainer:
             requests = self.planner.more(grown, ctx)            # Control: stages, refills
         batch, rejected = self.planner.assemble(ctx)            # Filter + Replay
         self.ledger.reclassify([r for g in rejected for r in g.rollouts if r.purpose == "train"], "discarded")
-        persist = _zero_variance_persistence(self.history, ctx.groups.values())  # before this visit is recorded
+        persist = self.history.zero_variance_persistence(ctx.groups.values())  # before they are recorded
         self.history.record(ctx.groups.values(), self.step)
         with self.ledger.timer("learn"):
             stats = self.learner.update(batch)                  # advantages, loss, corrections
@@ -173,15 +173,6 @@ class Trainer:
         self.ledger.load_state_dict(s["ledger"])
         self.scorer.errors = s["scorer_errors"]
         return True
-
-
-def _zero_variance_persistence(history: PromptHistory, groups) -> dict:
-    """Of the prompts generated this step whose last visit was zero-variance, how many are again: the
-    persistence that history-based skipping (GRESO) bets on, and one of the simulator's calibration targets."""
-    groups = [g for g in groups if g.n > 0]
-    was_zv = history.last_zero_variance([g.prompt.id for g in groups]) if groups else []
-    return {"zv_revisits": int(sum(was_zv)),
-            "zv_revisits_stayed": int(sum(g.zero_variance for g, w in zip(groups, was_zv) if w))}
 
 
 def _read_metrics(path: Path, upto: int) -> list[dict]:
