@@ -74,3 +74,17 @@ def test_ledger_counts_by_purpose_and_budget_excludes_eval_and_oracle():
     L2 = Ledger()
     L2.load_state_dict(L.state_dict())
     assert L2.state_dict() == L.state_dict()
+
+
+def test_rollout_state_roundtrip_keeps_reward_parts():
+    import io
+
+    r = Rollout(3, [1, 2], torch.arange(2), torch.tensor([-0.5, -1.0]), "x", "eos", 4, reward=0.5,
+                reward_parts=(0.0, 1.0))
+    buf = io.BytesIO()
+    torch.save(r.to_state(), buf)
+    back = Rollout.from_state(torch.load(io.BytesIO(buf.getvalue()), weights_only=False))
+    assert back.reward_parts == (0.0, 1.0) and isinstance(back.reward_parts, tuple)
+    assert back.reward == 0.5 and back.token_ids_T.tolist() == [0, 1] and back.logprobs_T.tolist() == [-0.5, -1.0]
+    plain = Rollout.from_state({k: v for k, v in r.to_state().items() if k != "reward_parts"})
+    assert plain.reward_parts is None  # states written before reward components existed still load

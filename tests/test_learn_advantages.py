@@ -173,11 +173,32 @@ def test_mssr_hand_and_sign_preserved():
         mssr(inp([1.0], [0], entropy_NT=torch.ones(1, 1), mask_NT=torch.ones(1, 1)))
 
 
-def test_beta_baseline_update():
-    bb = BetaBaseline(3, lam=0.5)
-    assert close(bb.baseline([0, 2]), [0.5, 0.5])
+def test_beta_baseline_update_forgets_once_per_visit():
+    bb = BetaBaseline(lam=0.5)
+    assert close(bb.baseline([0, 2]), [0.5, 0.5])  # unseen prompts: the prior Beta(1, 1)
     bb.update([0], [1.0])  # alpha = .5*1 + 1, beta = .5*1 + 0
     assert close(bb.baseline([0]), [0.75])
+    # a group of three forgets once: alpha = .5*1.5 + 2 = 2.75, beta = .5*.5 + 1 = 1.25
+    # (forgetting per rollout would give .9375 / 2 = .469)
+    bb.update([0, 0, 0], [1.0, 1.0, 0.0])
+    assert close(bb.baseline([0, 2]), [2.75 / 4, 0.5])
+    bb.update([2], [3.0])  # rewards are clipped to [0, 1]: alpha 1.5, beta .5, never a negative count
+    assert close(bb.baseline([2]), [0.75])
+    with pytest.raises(ValueError, match="lam"):
+        BetaBaseline(lam=0.0)
+
+
+def test_beta_baseline_state_roundtrip_through_torch_save():
+    import io
+
+    bb = BetaBaseline(lam=0.9)
+    bb.update([3, 3, 11], [1.0, 0.0, 1.0])
+    buf = io.BytesIO()
+    torch.save(bb.state_dict(), buf)
+    again = BetaBaseline(lam=0.9)
+    again.load_state_dict(torch.load(io.BytesIO(buf.getvalue()), weights_only=True))  # plain values only
+    assert again.ab == bb.ab and close(again.baseline([3, 11, 4]), bb.baseline([3, 11, 4]))
+    assert not close(again.baseline([11]), [0.5])  # the state was not empty
 
 
 def test_gd2po_hand_conflict_mask_and_whitening():

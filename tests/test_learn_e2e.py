@@ -7,31 +7,50 @@ from rollwise.run.loop import Trainer
 
 from conftest import SMALL
 
-# inputs the synchronous loop does not produce; these must fail with a clear message instead
-NEEDS_INPUT = {"mssr": "baseline_G", "gd2po": "reward_parts_NK"}
+# what an estimator needs from the rest of the pipeline, beyond the defaults
+NEEDS = {"pvpo": {"planner": "pvpo"},  # the planner measures the reference pass rates
+         "gd2po": {"task_options": {**SMALL["task_options"], "reward_parts": True}}}  # reward components
 
 
-def one_step(tmp_path, **learner):
-    cfg = load_config(None, {**SMALL, "out": str(tmp_path), "steps": 1, "eval_every": 0,
-                             **{f"learner.{k}": v for k, v in learner.items()}})
-    return Trainer(cfg).run()[-1]
+def run(out, steps=1, **overrides):
+    cfg = load_config(None, {**SMALL, "out": str(out), "steps": steps, "eval_every": 0, **overrides})
+    return Trainer(cfg).run()
+
+
+def one_step(tmp_path, extra=None, **learner):
+    return run(tmp_path, **(extra or {}), **{f"learner.{k}": v for k, v in learner.items()})[-1]
 
 
 @pytest.mark.parametrize("kind,key", [("advantage", "advantage"), ("loss", "loss"), ("aggregation", "loss_agg"),
                                       ("correction", "correction"), ("recompose", "recompose")])
 def test_every_component_runs_a_step(tmp_path, small_policy, kind, key):
     for e in registry.entries(kind):
-        if kind == "advantage" and e.name in NEEDS_INPUT:
-            with pytest.raises(ValueError, match=NEEDS_INPUT[e.name]):
-                one_step(tmp_path / e.name, **{key: e.name})
-            continue
-        if kind == "advantage" and e.name == "pvpo":
-            cfg = load_config(None, {**SMALL, "out": str(tmp_path / e.name), "steps": 1, "eval_every": 0,
-                                     "planner": "pvpo", "learner.advantage": "pvpo"})
-            row = Trainer(cfg).run()[-1]
-        else:
-            row = one_step(tmp_path / e.name, **{key: e.name})
+        extra = NEEDS.get(e.name) if kind == "advantage" else None
+        row = one_step(tmp_path / e.name, extra, **{key: e.name})
         assert row["step"] == 1 and row["tokens"] > 0, e.name
         for k in ("loss", "grad_norm", "mean_abs_adv"):
             if k in row:
                 assert row[k] == row[k] and abs(row[k]) != float("inf"), (e.name, k, row[k])
+
+
+def test_gd2po_on_scalar_rewards_fails_clearly(tmp_path, small_policy):
+    with pytest.raises(ValueError, match="reward_parts_NK"):
+        one_step(tmp_path, advantage="gd2po")
+
+
+def test_reward_components_reach_the_learner(tmp_path, small_policy):
+    row = one_step(tmp_path, NEEDS["gd2po"], advantage="gd2po")
+    assert 0.0 <= row["reward_mean"] <= 1.0  # the mean of two components in [0, 1]
+    assert row["learn_rows"] > 0
+
+
+def test_stateful_learner_resumes_exactly(tmp_path, small_policy):
+    """MSSR's baseline and RoRecomp's buffer are in the learner checkpoint: 1 + 1 steps equal 2 steps.
+    A pool of 8 with batches of 8 revisits every prompt, so the baseline matters at step 2."""
+    kw = {"task_options": {"pool_size": 8, "heldout_size": 40}, "learner.advantage": "mssr",
+          "learner.recompose": "rorecomp", "learner.recompose_options": {"compensation_size": 2}}
+    full = run(tmp_path / "full", steps=2, **kw)
+    run(tmp_path / "part", steps=1, **kw)
+    resumed = run(tmp_path / "part", steps=2, **kw)
+    strip = lambda rows: [{k: v for k, v in r.items() if k not in ("wall_s", "gen_s")} for r in rows]  # noqa: E731
+    assert strip(resumed) == strip(full)

@@ -5,6 +5,7 @@ import torch
 
 from rollwise.core import registry
 from rollwise.core.types import Batch, Group, Prompt, Rollout
+from rollwise.learn.advantages import batch_input, ktae
 from rollwise.learn.learner import Learner, LearnerConfig
 from rollwise.learn.recompose import RecomposedBatch, RoRecomp, batch_advantages, shuffle_r1
 
@@ -109,7 +110,7 @@ def test_batch_advantages_token_level_estimator_pads_to_recomposed_batch():
     g = group([1, 0, 1, 0], lengths=[2, 3, 4, 5])
     advs = batch_advantages(Batch([g]), "ktae")
     assert [a.shape[0] for a in advs] == [2, 3, 4, 5]
-    out = RoRecomp()(Batch([g]), gen(), advantage="ktae")  # SC (2), LI (5) -> [2, 5] padded
+    out = RoRecomp()(Batch([g]), gen(), ktae(batch_input(Batch([g]))))  # SC (2), LI (5) -> [2, 5] padded
     assert out.adv_N.shape == (2, 5) and (out.adv_N[0, 2:] == 0).all()
 
 

@@ -39,7 +39,9 @@ class Rollout:
     """One sampled response.
 
     token_ids_T / logprobs_T are the response tokens (prompt excluded) and the behaviour
-    policy's log-probabilities of them (mu, as the engine sampled them).
+    policy's log-probabilities of them (mu, as the engine sampled them). `reward_parts` holds the
+    reward's components when the reward function returns several (the Scorer sets `reward` to their
+    weighted sum; multi-reward estimators such as GD2PO read the parts); None for a scalar reward.
     """
 
     prompt_id: int
@@ -53,6 +55,7 @@ class Rollout:
     entropy: float = 0.0  # mean per-token entropy of the sampling distribution
     reward: float = 0.0
     correct: bool = False
+    reward_parts: tuple[float, ...] | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -71,6 +74,8 @@ class Rollout:
         kw["token_ids_T"] = torch.as_tensor(kw["token_ids_T"], dtype=torch.long).clone()
         kw["logprobs_T"] = torch.as_tensor(kw["logprobs_T"], dtype=torch.float32).clone()
         kw["prompt_ids"] = [int(t) for t in kw["prompt_ids"]]
+        if kw.get("reward_parts") is not None:
+            kw["reward_parts"] = tuple(float(x) for x in kw["reward_parts"])
         return cls(**kw)
 
 

@@ -6,20 +6,23 @@ over its tokens) or [N, T] (token-level, e.g. KTAE). Groups may have any size, i
 Conventions shared by every estimator here:
 - A group of one rollout has no within-group baseline: its group-relative advantage is 0 (verl gives
   mean 0, std 1, i.e. A = r, for singleton groups; spec D1 asks to guard against that).
-- Estimators that need an input the learner does not fill (PVPO's reference pass rates, MSSR's
-  tracked baseline, GD2PO's reward components) read it from AdvInput and raise ValueError when the
-  caller left it empty.
+- `batch_input(batch)` fills every input a Batch itself holds: PVPO's reference pass rates when a
+  planner measured them, GD2PO's reward components when every rollout carries them. State kept across
+  batches (MSSR's tracked baseline) comes from a *tracker* the estimator declares with `@tracks`; the
+  learner owns it (see `tracks`). An estimator whose input is missing raises ValueError naming it.
 - Provenance tags: CODE = official code read, ABS = paper abstract, SEC = secondary summary,
   INF = inferred by rollwise (see core/registry.py).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 import torch
 
 from ..core.registry import register
+from ..core.types import Batch
 
 
 @dataclass
@@ -36,6 +39,47 @@ class AdvInput:
     @property
     def num_groups(self) -> int:
         return int(self.group_N.max().item()) + 1 if self.group_N.numel() else 0
+
+
+def batch_input(batch: Batch) -> AdvInput:
+    """The AdvInput of a batch, with everything the batch itself holds. A rollout's per-token entropy
+    is its mean entropy (the engine keeps only the mean). ref_pass_rate_G is set when a planner
+    measured a reference pass rate for every group (`Group.ref_pass_rate`, PVPO's anchor);
+    reward_parts_NK when every rollout carries reward components (`Rollout.reward_parts`)."""
+    rollouts = batch.rollouts
+    pad = lambda xs: torch.nn.utils.rnn.pad_sequence([x.float() for x in xs], batch_first=True)  # noqa: E731
+    ref_G = torch.tensor([float(getattr(g, "ref_pass_rate", float("nan"))) for g in batch.groups])
+    parts = [r.reward_parts for r in rollouts]
+    if parts and all(p is not None for p in parts):
+        if len({len(p) for p in parts}) > 1:
+            raise ValueError("rollouts of one batch carry different numbers of reward components")
+        parts_NK = torch.tensor(parts, dtype=torch.float32)
+    else:
+        parts_NK = None  # a scalar-reward batch (or a mixed one): multi-reward estimators will say so
+    return AdvInput(
+        rewards_N=torch.tensor([r.reward for r in rollouts], dtype=torch.float32),
+        group_N=torch.tensor([gi for gi, g in enumerate(batch.groups) for _ in g.rollouts], dtype=torch.long),
+        mask_NT=pad([torch.ones(r.num_tokens) for r in rollouts]),
+        token_ids_NT=pad([r.token_ids_T for r in rollouts]).long(),
+        entropy_NT=pad([torch.full((r.num_tokens,), r.entropy) for r in rollouts]),
+        ref_pass_rate_G=None if ref_G.isnan().all() else ref_G,
+        reward_parts_NK=parts_NK)
+
+
+def tracks(factory):
+    """Declare that an estimator needs state kept across batches, e.g. MSSR's per-prompt baseline.
+
+    The learner builds one `factory(**advantage_options["tracker"])` per run and, for every batch,
+    calls `inp = tracker.fill(inp, batch)` before the estimator (the state from *earlier* batches only)
+    and `tracker.observe(batch)` after it (this batch's outcomes, for later batches). The tracker's
+    state_dict()/load_state_dict() are part of the learner's checkpoint, so a resumed run continues
+    exactly. Called directly, such an estimator needs the caller to fill that input itself.
+    """
+    def deco(fn):
+        fn.tracker = factory
+        return fn
+
+    return deco
 
 
 def group_mean(x_N: torch.Tensor, group_N: torch.Tensor, G: int) -> torch.Tensor:
@@ -325,29 +369,58 @@ def pvpo(inp: AdvInput) -> torch.Tensor:
 
 
 class BetaBaseline:
-    """MSSR's per-prompt Beta(alpha, beta) success tracker [SEC+INF, spec D9]: the baseline of prompt x
-    is alpha_x / (alpha_x + beta_x), read *before* the update; after observing r,
-    alpha <- lam alpha + r, beta <- lam beta + (1 - r). `lam` is a fixed forgetting factor here (SPO
-    ties it to the policy's KL drift, clipped to about [0.875, 0.96]). Use it to fill
-    AdvInput.baseline_G for the `mssr` estimator."""
+    """MSSR's per-prompt Beta(alpha, beta) success tracker [SEC+INF, spec D9], keyed by prompt id.
 
-    def __init__(self, num_prompts: int, prior_alpha: float = 1.0, prior_beta: float = 1.0, lam: float = 0.96):
-        self.alpha = torch.full((num_prompts,), float(prior_alpha), dtype=torch.float64)
-        self.beta = torch.full((num_prompts,), float(prior_beta), dtype=torch.float64)
-        self.lam = lam
+    The baseline of prompt x is b_x = alpha_x / (alpha_x + beta_x), read *before* the update, so an
+    advantage never sees its own reward in its baseline (spec D9). After a batch, every prompt it
+    visited forgets once and adds its outcomes: alpha <- lam alpha + sum r, beta <- lam beta +
+    sum (1 - r), with r clipped to [0, 1].
+    [INF] One forgetting step per visit, not per rollout: the spec has one rollout per prompt; with a
+    group of n, forgetting per rollout would discount by lam^n within a single policy.
+    [INF] `lam` is fixed (SPO ties it to the policy's KL drift, clipped to about [0.875, 0.96]).
+    [INF] An unseen prompt starts at the prior Beta(prior_alpha, prior_beta), baseline 0.5 by default;
+    the paper initialises from a few warm-up samples, which would cost extra rollouts.
+    The learner owns one for `mssr` (see `tracks`); set its options with
+    `learner.advantage_options.tracker`, e.g. {"lam": 0.9}.
+    """
+
+    def __init__(self, prior_alpha: float = 1.0, prior_beta: float = 1.0, lam: float = 0.96):
+        if prior_alpha <= 0 or prior_beta <= 0 or not 0 < lam <= 1:
+            raise ValueError("BetaBaseline: prior_alpha, prior_beta must be > 0 and lam in (0, 1]")
+        self.prior, self.lam = (float(prior_alpha), float(prior_beta)), float(lam)
+        self.ab: dict[int, tuple[float, float]] = {}  # prompt id -> (alpha, beta); absent = the prior
 
     def baseline(self, prompt_ids) -> torch.Tensor:
-        idx = torch.as_tensor(prompt_ids, dtype=torch.long)
-        return (self.alpha[idx] / (self.alpha[idx] + self.beta[idx])).float()
+        ab = [self.ab.get(int(i), self.prior) for i in prompt_ids]
+        return torch.tensor([a / (a + b) for a, b in ab], dtype=torch.float32)
 
     def update(self, prompt_ids, rewards) -> None:
-        for i, r in zip(torch.as_tensor(prompt_ids).tolist(), torch.as_tensor(rewards, dtype=torch.float64).tolist()):
-            self.alpha[i] = self.lam * self.alpha[i] + r
-            self.beta[i] = self.lam * self.beta[i] + (1 - r)
+        seen: dict[int, list[float]] = {}  # prompt id -> [successes, failures] in this update
+        for i, r in zip(prompt_ids, torch.as_tensor(rewards, dtype=torch.float64).tolist()):
+            r = min(max(r, 0.0), 1.0)
+            s = seen.setdefault(int(i), [0.0, 0.0])
+            s[0], s[1] = s[0] + r, s[1] + 1.0 - r
+        for i, (succ, fail) in seen.items():
+            a, b = self.ab.get(i, self.prior)
+            self.ab[i] = (self.lam * a + succ, self.lam * b + fail)
+
+    # the tracker protocol (see `tracks`)
+    def fill(self, inp: AdvInput, batch: Batch) -> AdvInput:
+        return dataclasses.replace(inp, baseline_G=self.baseline([g.prompt.id for g in batch.groups]))
+
+    def observe(self, batch: Batch) -> None:
+        self.update([g.prompt.id for g in batch.groups for _ in g.rollouts], [r.reward for r in batch.rollouts])
+
+    def state_dict(self) -> dict:
+        return {"ab": dict(self.ab)}
+
+    def load_state_dict(self, s: dict) -> None:
+        self.ab = {int(k): (float(a), float(b)) for k, (a, b) in s["ab"].items()}
 
 
 @register("advantage", "mssr", provenance="SEC+INF",
           summary="MSSR: single-rollout A = r - tracked baseline, batch-normalised, + clipped entropy bonus")
+@tracks(BetaBaseline)
 def mssr(inp: AdvInput, kappa1: float = 0.4, kappa2: float = 2.0, normalize: bool = True,
          eps: float = 1e-6) -> torch.Tensor:
     """MSSR, single-rollout RLVR with entropy-shaped advantages (arXiv 2512.18215, CVPR 2026; title not
@@ -355,8 +428,8 @@ def mssr(inp: AdvInput, kappa1: float = 0.4, kappa2: float = 2.0, normalize: boo
     INF: formulas from SPO (arXiv 2509.13232) and Cheng et al. 2025, "Reasoning with Exploration: An
     Entropy Perspective" (arXiv 2506.14758)]
 
-    A = r - b_x with b_x the tracked per-prompt success rate (AdvInput.baseline_G, filled by the caller,
-    e.g. from `BetaBaseline.baseline` before its update); then normalised over the batch
+    A = r - b_x with b_x the tracked per-prompt success rate (AdvInput.baseline_G; the learner fills it
+    from its BetaBaseline, read before that baseline sees this batch); then normalised over the batch
     (A - mean)/(std + eps) (skipped for a batch of one); then per token
     A_t = A + min(kappa1 * sg(H_t), |A| / kappa2), so the bonus never flips the sign of A.
     Needs baseline_G, entropy_NT and mask_NT; returns [N, T].
@@ -380,8 +453,8 @@ def gd2po(inp: AdvInput, conflict: str = "snr", tau: float = 0.2, eps: float = 1
     """GD2PO, conflict masking for multi-reward groups (arXiv 2606.16771; title not recovered here).
     [CODE: Qwen-Applications/GD2PO ray_trainer.py, via spec D10]
 
-    1. For each of the K reward components (AdvInput.reward_parts_NK, filled by the caller; rewards_N is
-       not used) compute GRPO advantages A^k inside the groups (GDPO).
+    1. For each of the K reward components (AdvInput.reward_parts_NK, which `batch_input` fills from
+       `Rollout.reward_parts`; rewards_N is not used) compute GRPO advantages A^k inside the groups (GDPO).
     2. Hard conflict: some A^k_i > tol and some A^k'_i < -tol. conflict="snr": hard conflict and
        |sum_k A^k_i| / (sum_k |A^k_i| + eps) < tau. conflict="hard": hard conflict alone. "none": no mask.
     3. keep_i = not conflict_i; g_q = kept fraction of the group; A_i = g_q keep_i sum_k A^k_i.
@@ -392,7 +465,9 @@ def gd2po(inp: AdvInput, conflict: str = "snr", tau: float = 0.2, eps: float = 1
     """
     if conflict not in ("snr", "hard", "none"):
         raise ValueError(f"gd2po: conflict must be 'snr', 'hard' or 'none', not {conflict!r}")
-    parts = _require(inp, "reward_parts_NK", "gd2po", "the K reward components per rollout, [N, K]").float()
+    parts = _require(inp, "reward_parts_NK", "gd2po",
+                     "the K reward components per rollout, [N, K]; use a reward function that returns "
+                     "{name: value}, e.g. --set task_options.reward_parts=true").float()
     g, G = inp.group_N, inp.num_groups
     adv_NK = torch.stack([grpo(AdvInput(parts[:, k], g), eps=eps) for k in range(parts.shape[1])], 1)
     hard = (adv_NK > tol).any(1) & (adv_NK < -tol).any(1)

@@ -1,7 +1,9 @@
 """The learner: a Batch of groups -> one policy update (advantages, loss, correction, AdamW).
 
 Parts are looked up by name in the registry, so this file never changes when a new estimator,
-loss or correction is added.
+loss or correction is added. An estimator that keeps state across batches declares a tracker
+(`advantages.tracks`, e.g. MSSR's per-prompt baseline); the learner owns it and checkpoints it along
+with a stateful recomposer's buffer (RoRecomp).
 """
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import torch
 
 from ..core import registry
 from ..core.types import Batch
-from .advantages import AdvInput
+from .advantages import batch_input
 from .corrections import CorrectionInput
 from .losses import AggTotals, LossInput
 
@@ -26,7 +28,7 @@ class LearnerConfig:
     epochs: int = 1  # passes over the rollout batch
     micro_batch_rows: int = 128  # rows per forward/backward (memory only; results do not change)
     advantage: str = "grpo"
-    advantage_options: dict = field(default_factory=dict)
+    advantage_options: dict = field(default_factory=dict)  # "tracker": options of the estimator's tracker
     loss: str = "ppo-clip"
     loss_options: dict = field(default_factory=dict)
     loss_agg: str = "token-mean"
@@ -34,7 +36,7 @@ class LearnerConfig:
     correction: str = "none"
     correction_options: dict = field(default_factory=dict)
     recompose: str = "none"  # batch recomposition between Replay and the learner (RoRecomp, Shuffle-R1)
-    recompose_options: dict = field(default_factory=dict)
+    recompose_options: dict = field(default_factory=dict)  # "advantage"/"advantage_options" override the above
     kl_coef: float = 0.0  # KL(pi_theta || pi_ref) penalty (k3 estimator); needs a reference policy
     drop_zero_adv: bool = True  # rows whose advantage is 0 everywhere carry no gradient: skip them
     recompute_old: bool = True  # pi_old from a fresh forward (else: use the behaviour log-probs mu)
@@ -49,17 +51,47 @@ class Learner:
         self.opt = torch.optim.AdamW(policy.model.parameters(), lr=cfg.lr, betas=cfg.betas,
                                      weight_decay=cfg.weight_decay)
         self.gen = torch.Generator().manual_seed(seed)  # minibatch shuffling
-        self.advantage = registry.get("advantage", cfg.advantage).obj
         self.loss = registry.get("loss", cfg.loss).obj
         self.agg = registry.get("aggregation", cfg.loss_agg).obj
         self.correction = registry.get("correction", cfg.correction).obj
         rc = None if cfg.recompose == "none" else registry.get("recompose", cfg.recompose).obj
         self.recompose = rc() if isinstance(rc, type) else rc  # a class is a stateful recomposer (RoRecomp)
+        self.recompose_options = dict(cfg.recompose_options)
+        # One estimator per learner, run before any recomposition (spec E4). An `advantage` named in
+        # recompose_options overrides learner.advantage (the recomposer is then its only consumer); its
+        # options then default to none, as the learner's belong to another estimator.
+        name = self.recompose_options.pop("advantage", cfg.advantage)
+        options = self.recompose_options.pop("advantage_options",
+                                             cfg.advantage_options if name == cfg.advantage else {})
+        self.advantage = registry.get("advantage", name).obj
+        self.advantage_options = dict(options or {})
+        tracker_options = self.advantage_options.pop("tracker", None)
+        factory = getattr(self.advantage, "tracker", None)  # state kept across batches (advantages.tracks)
+        if factory is None and tracker_options is not None:
+            raise ValueError(f"advantage {name!r} keeps no state across batches: advantage_options.tracker "
+                             "does not apply")
+        self.tracker = factory(**(tracker_options or {})) if factory is not None else None
+
+    def advantages(self, batch: Batch) -> torch.Tensor:
+        """Advantages of every rollout of `batch` in its own groups: [N], or [N, T] for token-level
+        estimators. A tracker gives the estimator only what earlier batches taught it (MSSR's baseline is
+        the prior, spec D9), then records this batch's outcomes for the next ones."""
+        if not batch.rollouts:
+            return torch.zeros(0)
+        inp = batch_input(batch)
+        if self.tracker is not None:
+            inp = self.tracker.fill(inp, batch)
+        adv = self.advantage(inp, **self.advantage_options)
+        if self.tracker is not None:
+            self.tracker.observe(batch)
+        return adv
 
     def update(self, batch: Batch) -> dict[str, float]:
         cfg = self.cfg
+        adv = self.advantages(batch)  # group statistics first, recomposition second (spec E4)
         if self.recompose is not None:
-            batch = self.recompose(batch, self.gen, **cfg.recompose_options)
+            batch = self.recompose(batch, self.gen, adv, **self.recompose_options)
+            adv = batch.adv_N
         rollouts = batch.rollouts
         stats = {"batch_groups": len(batch.groups), "batch_rollouts": len(rollouts),
                  "zero_var_frac": (sum(g.zero_variance for g in batch.groups) / len(batch.groups)
@@ -68,19 +100,7 @@ class Learner:
             return stats | {"updated": 0}
         prompts = [r.prompt_ids for r in rollouts]
         responses = [r.token_ids_T.tolist() for r in rollouts]
-        group_N = torch.tensor([gi for gi, g in enumerate(batch.groups) for _ in g.rollouts])
-        rewards_N = torch.tensor([r.reward for r in rollouts], dtype=torch.float32)
         behav_NT, mask_NT = _pad([r.logprobs_T for r in rollouts]), _pad([torch.ones(r.num_tokens) for r in rollouts])
-        token_ids_NT = _pad([r.token_ids_T.float() for r in rollouts]).long()
-        entropy_NT = _pad([torch.full((r.num_tokens,), r.entropy) for r in rollouts])
-
-        adv = getattr(batch, "adv_N", None)  # a recomposer computed them in the original groups (spec E4)
-        if adv is None:
-            # A reference policy's pass rate per group, when a planner measured one (PVPO's anchor).
-            ref_G = torch.tensor([float(getattr(g, "ref_pass_rate", float("nan"))) for g in batch.groups])
-            adv = self.advantage(AdvInput(rewards_N, group_N, mask_NT, token_ids_NT, entropy_NT,
-                                          ref_pass_rate_G=None if ref_G.isnan().all() else ref_G),
-                                 **cfg.advantage_options)
         adv_NT = (adv.unsqueeze(1) if adv.dim() == 1 else adv).expand_as(mask_NT) * mask_NT
         stats["mean_abs_adv"] = float(adv_NT.abs().sum(1).div(mask_NT.sum(1).clamp(min=1)).mean())
 
@@ -149,11 +169,20 @@ class Learner:
         return torch.cat(outs), None
 
     def state_dict(self) -> dict:
-        return {"opt": self.opt.state_dict(), "gen": self.gen.get_state()}
+        s = {"opt": self.opt.state_dict(), "gen": self.gen.get_state()}
+        if self.tracker is not None:
+            s["tracker"] = self.tracker.state_dict()
+        if hasattr(self.recompose, "state_dict"):
+            s["recompose"] = self.recompose.state_dict()
+        return s
 
     def load_state_dict(self, s: dict) -> None:
         self.opt.load_state_dict(s["opt"])
         self.gen.set_state(s["gen"])
+        if self.tracker is not None and "tracker" in s:  # absent in checkpoints from before trackers
+            self.tracker.load_state_dict(s["tracker"])
+        if hasattr(self.recompose, "load_state_dict") and "recompose" in s:
+            self.recompose.load_state_dict(s["recompose"])
 
 
 def _pad(seqs: list[torch.Tensor]) -> torch.Tensor:

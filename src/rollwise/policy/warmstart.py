@@ -121,7 +121,7 @@ def base_report(policy: Policy, task: ArithmeticTask) -> dict:
 
     pool = task.train_pool()
     res, _ = TorchEngine(policy, seed=1).generate([Request(p, 8) for p in pool])
-    rates = np.array([sum(scorer.reward(r.text, p.answer) >= 1 for r in g) / 8 for g, p in zip(res, pool)])
+    rates = np.array([sum(scorer.judge(r.text, p.answer).correct for r in g) / 8 for g, p in zip(res, pool)])
     out["pool_all_correct"] = float((rates == 1).mean())
     out["pool_all_wrong"] = float((rates == 0).mean())
     out["pool_mixed"] = float(((rates > 0) & (rates < 1)).mean())

@@ -30,7 +30,7 @@ def evaluate(policy, prompts: list[Prompt], scorer: Scorer, ledger: Ledger | Non
     out: dict[str, float] = {}
     greedy = TorchEngine(policy, temperature=0.0, max_new_tokens=max_new_tokens)
     res, pt = greedy.generate([Request(p, 1, "eval") for p in prompts], greedy=True)
-    correct = np.array([scorer.reward(g[0].text, p.answer) >= 1.0 for g, p in zip(res, prompts)], float)
+    correct = np.array([scorer.judge(g[0].text, p.answer).correct for g, p in zip(res, prompts)], float)
     if ledger is not None:
         ledger.charge([r for g in res for r in g], pt)
     out["eval_acc"] = float(correct.mean())
@@ -45,6 +45,6 @@ def evaluate(policy, prompts: list[Prompt], scorer: Scorer, ledger: Ledger | Non
         res, pt = sampler.generate([Request(p, n_samples, "eval") for p in prompts])
         if ledger is not None:
             ledger.charge([r for g in res for r in g], pt)
-        cs = [sum(scorer.reward(r.text, p.answer) >= 1.0 for r in g) for g, p in zip(res, prompts)]
+        cs = [sum(scorer.judge(r.text, p.answer).correct for r in g) for g, p in zip(res, prompts)]
         out[f"eval_pass@{k}"] = float(np.mean([pass_at_k(n_samples, c, k) for c in cs]))
     return out

@@ -8,6 +8,9 @@ order a 1M-parameter model barely learns addition in minutes (trial notes in iss
 The level is the digit count of the first operand; the second has 1..level digits. The held-out set
 is drawn first (uniform levels by default); the train pool is drawn from another seed, excluding it. Everything is a pure function
 of (seed, sizes, level weights): two machines build the same task.
+
+The reward is exact match (1/0). `reward_parts=true` makes it two components, correctness and format
+(see `answer_format`), for multi-reward estimators (`--advantage gd2po`).
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from ..core.types import Prompt
 
 WIDTH = 6
 LEVELS = tuple(range(1, WIDTH + 1))
+PARTS = ("correct", "format")  # reward components with reward_parts=True
 
 
 def encode_problem(a: int, b: int, op: str, answer_width: int = 0) -> tuple[str, str]:
@@ -56,6 +60,8 @@ class ArithmeticTask:
     ops: str = "+-"
     answer_width: int = 0  # pad the reversed answer with zeros to this width (0 = no padding)
     heldout_level_weights: tuple[float, ...] | None = None  # default: uniform over levels
+    reward_parts: bool = False  # verify returns {"correct", "format"} components, not a float (GD2PO)
+    reward_weights: dict | None = None  # the components' weights in the scalar reward (None: their mean)
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self):
@@ -64,6 +70,12 @@ class ArithmeticTask:
             raise ValueError(f"arithmetic: ops must be a non-empty mix of '+' and '-', got {self.ops!r}")
         if len(self.level_weights) != len(LEVELS) or min(self.level_weights) < 0 or sum(self.level_weights) <= 0:
             raise ValueError(f"arithmetic: level_weights must be {len(LEVELS)} non-negative numbers with a positive sum")
+        if self.reward_weights is not None:
+            if not self.reward_parts:
+                raise ValueError("arithmetic: reward_weights needs reward_parts=true")
+            if set(self.reward_weights) != set(PARTS):
+                raise ValueError(f"arithmetic: reward_weights must weigh exactly {list(PARTS)}, "
+                                 f"got {sorted(self.reward_weights)}")
 
     def _draw(self, n: int, seed: int, weights, exclude: set[str], unique: bool = True) -> list[tuple[str, str, int]]:
         rng = np.random.default_rng(seed)
@@ -105,6 +117,20 @@ class ArithmeticTask:
         exclude = {p.text for p in self.heldout()}
         return self._draw(n, seed, (1,) * len(LEVELS), exclude, unique=False)
 
-    @staticmethod
-    def verify(response: str, answer: str) -> float:
-        return 1.0 if response.strip() == answer else 0.0
+    def verify(self, response: str, answer: str) -> float | dict[str, float]:
+        """Exact match (1/0); with reward_parts, the components {"correct": exact match, "format":
+        answer_format}. The Scorer weighs them into the scalar reward (reward_weights, else their
+        mean) and takes correctness from "correct"."""
+        correct = 1.0 if response.strip() == answer else 0.0
+        if not self.reward_parts:
+            return correct
+        return {"correct": correct, "format": answer_format(response, answer)}
+
+
+def answer_format(response: str, answer: str) -> float:
+    """1 when the response is well formed whatever its value: only ASCII digits, exactly as many as the
+    reference answer has (the reversed result, padded to answer_width). [INF] A format reward in the
+    spirit of GD2PO's tool-calling format/length rewards: a wrong answer of the right shape earns it, a
+    right one always does, so it conflicts with correctness on well-formed wrong answers."""
+    s = response.strip()
+    return 1.0 if s.isascii() and s.isdigit() and len(s) == len(answer) else 0.0
