@@ -69,6 +69,24 @@ def test_informative_groups_move_the_prompt_most_then_its_cluster():
     np.testing.assert_allclose(u, [0.0, 0.5, 0.0, 0.25, 0.0])
 
 
+def test_saturation_scales_a_step_by_sigma_over_hypot():
+    def global_gain(sigma, correct):
+        pop = Population(100, seed=3)
+        Dynamics(pop, DynamicsConfig(forget=0.0, eta_global=1.0, saturation=sigma)).update(
+            0, np.arange(10), np.full(10, 16), correct, batch_size=10)
+        return pop.G - pop.skill0
+
+    half = np.full(10, 8)  # u = 0.5 each: m = sum u / B = 0.5
+    assert global_gain(float("inf"), half) == pytest.approx(0.5)  # linear: eta / B * sum u
+    assert global_gain(0.5, half) == pytest.approx(0.5 / np.sqrt(2))  # sigma = m: scaled by 1/sqrt(2)
+    # saturated: doubling the signal (m = 0.5 -> 1.0 by training twice as many informative groups)
+    # lengthens the step far less than 2x once m >> sigma
+    few = np.r_[np.full(5, 8), np.zeros(5, int)]  # m = 0.25
+    assert global_gain(0.05, half) / global_gain(0.05, few) == pytest.approx(
+        (0.5 * 0.05 / np.hypot(0.5, 0.05)) / (0.25 * 0.05 / np.hypot(0.25, 0.05)))
+    assert global_gain(0.05, half) / global_gain(0.05, few) < 1.05
+
+
 def test_prompt_memory_is_forgotten_lazily():
     pop = Population(100, seed=3)
     dyn = Dynamics(pop, DynamicsConfig(forget=0.0, forget_prompt=0.01))

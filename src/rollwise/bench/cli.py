@@ -20,6 +20,10 @@ def add_bench_parser(sub) -> None:
     p.add_argument("--target", type=float, help="target held-out accuracy (default: GRPO's median final)")
     p.add_argument("--eval-size", type=int, dest="eval_size")
     p.add_argument("--pool-size", type=int, dest="pool_size", help="train pool prompts (revisited over epochs)")
+    p.add_argument("--engine", choices=["torch", "sim"], default="torch",
+                   help="torch: the tiny model (default); sim: the population simulator, same protocol")
+    p.add_argument("--sim-profile", dest="sim_profile", default="tiny",
+                   help="the simulator's parameters with --engine sim (default: tiny, fitted to the tiny model)")
     p.add_argument("--out", default="bench-out")
     p.add_argument("--report-only", action="store_true", help="rebuild the report from finished runs")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -33,7 +37,7 @@ def cmd_bench(args) -> int:
     kw = dict(QUICK) if args.quick else {}
     if args.planners:
         kw["planners"] = [p.strip() for p in args.planners.split(",") if p.strip()]
-    for key in ("seeds", "jobs", "eval_size", "pool_size"):
+    for key in ("seeds", "jobs", "eval_size", "pool_size", "engine", "sim_profile"):
         if getattr(args, key) is not None:
             kw[key] = getattr(args, key)
     if args.budget:

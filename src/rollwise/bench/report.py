@@ -55,25 +55,29 @@ def median(x) -> float:
     return float(np.quantile(np.asarray(x, dtype=float), 0.5, method="lower"))
 
 
-def bootstrap_ratio(base: np.ndarray, other: np.ndarray, rng: np.random.Generator, B: int = 2000):
+def median_ratio(base, other) -> float:
     """Ratio of median tokens-to-target (baseline / planner): > 1 means the planner needs fewer tokens.
-    Seeds are resampled independently for both; unreached runs count as infinite tokens."""
-    def ratio(b, o):
-        mb, mo = median(b), median(o)
-        if np.isinf(mo):
-            return 0.0
-        return float(mb / mo) if np.isfinite(mb) else float("inf")
+    0 when the planner's median run never reaches the target, inf when GRPO's does not."""
+    mb, mo = median(base), median(other)
+    if np.isinf(mo):
+        return 0.0
+    return float(mb / mo) if np.isfinite(mb) and mo > 0 else float("inf")
 
-    point = ratio(base, other)
-    samples = [ratio(rng.choice(base, len(base)), rng.choice(other, len(other))) for _ in range(B)]
-    lo, hi = np.percentile(samples, [2.5, 97.5])
+
+def bootstrap_ratio(base: np.ndarray, other: np.ndarray, rng: np.random.Generator, B: int = 2000):
+    """median_ratio with a 95% bootstrap interval: seeds are resampled independently for both;
+    unreached runs count as infinite tokens."""
+    point = median_ratio(base, other)
+    samples = [median_ratio(rng.choice(base, len(base)), rng.choice(other, len(other))) for _ in range(B)]
+    # no interpolation: samples may be inf (GRPO's resampled median unreached), and inf - inf is nan
+    lo, hi = np.percentile(samples, 2.5, method="lower"), np.percentile(samples, 97.5, method="higher")
     return point, float(lo), float(hi)
 
 
 def summarize(cfg: BenchConfig, target: float | None = None, seed: int = 0) -> dict:
     rng = np.random.default_rng(seed)
     out: dict = {"budget_tokens": cfg.budget_tokens, "seeds": cfg.seeds, "pool_size": cfg.pool_size,
-                 "eval_size": cfg.eval_size, "mixes": {}}
+                 "eval_size": cfg.eval_size, "engine": cfg.engine, "mixes": {}}
     for mix in cfg.mixes:
         runs = {p: [load_run(run_dir(cfg, mix, p, s)) for s in range(cfg.seeds)] for p in cfg.planners}
         if BASELINE not in runs:
@@ -169,10 +173,19 @@ def write_report(cfg: BenchConfig, command: str, target: float | None = None) ->
     summary["command"] = command
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     pngs = plots(cfg, out)
+    held_out = (f"held-out {cfg.eval_size} prompts (standard error of one accuracy ≈ "
+                f"{0.5 / np.sqrt(cfg.eval_size):.3f} at most)" if cfg.engine == "torch" else
+                f"engine: the population simulator, profile `{cfg.sim_profile}` (held-out accuracy computed from the "
+                f"model, no sampling noise; no learner, so no mean |advantage|; wall time is simulated seconds)")
     md = [f"# rollwise bench\n", f"Command: `{command}`\n",
           f"Budget {cfg.budget_tokens} generated tokens per run (every purpose but eval/oracle), "
-          f"{cfg.seeds} seeds, pool {cfg.pool_size} prompts revisited over epochs, held-out {cfg.eval_size} prompts "
-          f"(standard error of one accuracy ≈ {0.5 / np.sqrt(cfg.eval_size):.3f} at most).\n"]
+          f"{cfg.seeds} seeds, pool {cfg.pool_size} prompts revisited over epochs, {held_out}.\n"]
+    skipped = sorted({p for m in cfg.mixes for p in cfg.planners for s in range(cfg.seeds)
+                      if (run_dir(cfg, m, p, s) / "skipped.json").exists()})
+    if skipped:
+        md.append("Not run by this engine: " + "; ".join(
+            json.loads((run_dir(cfg, cfg.mixes[0], p, 0) / "skipped.json").read_text())["reason"]
+            if (run_dir(cfg, cfg.mixes[0], p, 0) / "skipped.json").exists() else p for p in skipped) + "\n")
     for mix in cfg.mixes:
         md += [f"## Mix `{mix}`\n", markdown_table(summary, mix), ""]
     md += [f"![{p}]({p})\n" for p in pngs]

@@ -38,6 +38,8 @@ class BenchConfig:
     # (GRESO, Prompt Replay, CDAS, ...) needs prompts to come back, as they do over the papers' epochs.
     pool_size: int = 300
     extra: dict = field(default_factory=dict)  # more config overrides for every run
+    engine: str = "torch"  # "torch": the tiny model; "sim": the population simulator (sim/bench.py)
+    sim_profile: str = "tiny"  # the simulator's parameters (sim/profiles.py)
 
 
 def run_dir(cfg: BenchConfig, mix: str, planner: str, seed: int) -> Path:
@@ -58,11 +60,19 @@ def run_command(cfg: BenchConfig, mix: str, planner: str, seed: int) -> list[str
 
 
 def run_all(cfg: BenchConfig, log=print) -> None:
+    if cfg.engine not in ("torch", "sim"):
+        raise ValueError(f"unknown bench engine {cfg.engine!r}; available: torch, sim")
     todo = [(m, p, s) for m in cfg.mixes for p in cfg.planners for s in range(cfg.seeds)
-            if not (run_dir(cfg, m, p, s) / "done.json").exists()]
+            if not any((run_dir(cfg, m, p, s) / f).exists() for f in ("done.json", "skipped.json"))]
     done_already = len(cfg.mixes) * len(cfg.planners) * cfg.seeds - len(todo)
     if done_already:
         log(f"bench: {done_already} runs already finished, {len(todo)} to go")
+    if cfg.engine == "sim":  # sub-second runs: in this process, one after the other
+        from ..sim.bench import run_sim_bench
+
+        for key in todo:
+            run_sim_bench(cfg, *key, run_dir(cfg, *key), log=log)
+        return
     _ensure_base(cfg, log)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "ROLLWISE_PROGRESS": "0"}
     running: list[tuple[subprocess.Popen, tuple, float]] = []

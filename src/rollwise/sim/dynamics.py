@@ -15,6 +15,16 @@ groups the learner wants, so a step that trains on fewer informative groups lear
     s_k   <- s_k + (eta_cluster / B) * sum_{g : c(i(g)) = k} u_g               (transfer in cluster)
     theta_i <- theta_i(t) + eta_prompt * u_g                                   (the prompt itself)
 
+Saturation (optional, `saturation` = sigma): with m = (1/B) sum_g u_g the step's mean signal per batch
+slot, every u_g above is scaled by
+
+    sigma / sqrt(m^2 + sigma^2)        (~1 for m << sigma; the step's total tends to sigma * B for m >> sigma)
+
+A model of an Adam-like optimiser: its step size is normalised, so a batch with more informative groups
+points the step better (a smaller share of noise) rather than making it longer in proportion. sigma = inf
+(the default) is the linear model; the `tiny` profile fits sigma to runs of planners whose batches carry
+different amounts of signal (GRPO, DAPO, the oracle).
+
 Forgetting:
 
     G   <- G   - forget * (G - G(0))          every step (O(1))
@@ -45,6 +55,7 @@ class DynamicsConfig:
     n_ref: int = 16
     forget: float = 0.0005  # per step, toward the initial skills
     forget_prompt: float = 0.002  # per step, of what was memorised of a prompt
+    saturation: float = float("inf")  # mean signal per batch slot past which a step stops growing
 
 
 class Dynamics:
@@ -69,6 +80,9 @@ class Dynamics:
         informative = u > 0
         if informative.any():
             ids, u = ids[informative], u[informative]
+            if np.isfinite(cfg.saturation):
+                m = float(u.sum()) / B
+                u = u * (cfg.saturation / np.hypot(m, cfg.saturation))
             if len(np.unique(ids)) != len(ids):  # one group per prompt is the norm; be safe anyway
                 ids, inv = np.unique(ids, return_inverse=True)
                 u = np.bincount(inv, weights=u)

@@ -55,8 +55,12 @@ class SimConfig:
     n: int = 16
     planner: str = "uniform"
     planner_options: dict = field(default_factory=dict)
-    seed: int = 0
+    seed: int = 0  # the run: sampling and the planner's draws
+    # The population (prompts, difficulties, initial skills): the task and base model. None = `seed`.
+    # The bench fixes it across seeds, as the tiny-model bench shares one pool and one base checkpoint.
+    population_seed: int | None = None
     eval_every: int = 0  # steps between accuracy rows (0: start and end only)
+    greedy_eval: bool = False  # held-out accuracy as greedy decoding measures it (Population.heldout_acc)
     keep_rows: bool = True  # keep one metrics dict per step in Simulator.rows
     population: PopulationConfig = field(default_factory=PopulationConfig)
     dynamics: DynamicsConfig = field(default_factory=DynamicsConfig)
@@ -71,7 +75,8 @@ class Simulator:
         if cfg.batch < 1 or cfg.n < 1 or cfg.steps < 0:
             raise ValueError("sim: need batch >= 1, n >= 1, steps >= 0")
         self.cfg = cfg
-        self.pop = Population(cfg.prompts, cfg.population, seed=cfg.seed)
+        pop_seed = cfg.seed if cfg.population_seed is None else cfg.population_seed
+        self.pop = Population(cfg.prompts, cfg.population, seed=pop_seed)
         self.dynamics = Dynamics(self.pop, cfg.dynamics)
         self.pool = SimPool(cfg.prompts)
         self.history = PromptHistory(cfg.prompts)
@@ -85,7 +90,7 @@ class Simulator:
         self.rows: list[dict] = []
         self.totals = {"gen_s": 0.0, "learn_s": 0.0, "groups": 0, "zero_var_groups": 0, "trained_groups": 0,
                        "informative_trained": 0, "rounds": 0, "util_x_s": 0.0}
-        self.init_acc = self.pop.heldout_acc()
+        self.init_acc = self.pop.heldout_acc(cfg.greedy_eval)
 
     # ---- the step (as run/loop.py's Trainer.train_step) ------------------------------------
     def sample(self, requests: list[Request]) -> list[Group]:
@@ -120,6 +125,7 @@ class Simulator:
             else:
                 self.ledger.reclassify([r for r in g.rollouts if r.purpose == "train"], "discarded")
         gen = [g for g in ctx.groups.values() if g.n > 0]
+        persist = self.history.zero_variance_persistence(gen)  # before they are recorded
         self._record(gen)
         ids = np.fromiter((g.prompt.id for g in batch.groups), np.int64, len(batch.groups))
         bn = np.fromiter((g.n for g in batch.groups), np.int64, len(batch.groups))
@@ -132,6 +138,8 @@ class Simulator:
         gen_s = sum(t.seconds for _, t in self.engine.rounds)
         learn_s = self.timing.learn_seconds(learner_tokens)
         zv = sum(g.zero_variance for g in gen)
+        batch_zv = sum(g.zero_variance for g in batch.groups)
+        gen_n = sum(g.n for g in gen)
         tot = self.totals
         tot["gen_s"] += gen_s
         tot["learn_s"] += learn_s
@@ -146,6 +154,8 @@ class Simulator:
                 "step_tokens": self.ledger.budget_tokens() - tokens_before,
                 "rollouts": self.ledger.budget_rollouts(), "prompts": len(gen),
                 "zero_var_frac_gen": zv / max(len(gen), 1), "trained_groups": len(batch.groups),
+                "batch_groups": len(batch.groups), "zero_var_frac": batch_zv / max(len(batch.groups), 1),
+                "reward_mean": sum(g.num_correct for g in gen) / max(gen_n, 1), **persist,
                 "informative_trained": dyn["informative_groups"], "rounds": len(self.engine.rounds),
                 "sim_gen_s": gen_s, "sim_learn_s": learn_s, **ctx.metrics}
 
@@ -172,13 +182,13 @@ class Simulator:
         for _ in range(steps):
             row = self.train_step()
             if every and (self.step % every == 0 or self.step == steps):
-                row["heldout_acc"] = self.pop.heldout_acc()
+                row["heldout_acc"] = self.pop.heldout_acc(self.cfg.greedy_eval)
                 row["pool_acc"] = self.pop.pool_acc(self.step)
             if self.cfg.keep_rows:
                 self.rows.append(row)
             if log is not None and (self.step % report == 0 or self.step == steps):
                 log(f"sim {self.cfg.planner}: step {self.step}/{steps}  tokens {row['tokens']:.3g}  "
-                    f"acc {self.pop.heldout_acc():.4f}  zv {row['zero_var_frac_gen']:.2f}  "
+                    f"acc {self.pop.heldout_acc(self.cfg.greedy_eval):.4f}  zv {row['zero_var_frac_gen']:.2f}  "
                     f"{time.perf_counter() - t0:.1f}s")
         return self.summary(time.perf_counter() - t0)
 
@@ -192,7 +202,7 @@ class Simulator:
             "elapsed_s": round(elapsed_s, 3),
             "steps_per_s": round(self.step / elapsed_s, 2) if elapsed_s > 0 else None,
             "init_acc": self.init_acc,
-            "final_acc": self.pop.heldout_acc(),
+            "final_acc": self.pop.heldout_acc(self.cfg.greedy_eval),
             "pool_acc": self.pop.pool_acc(self.step),
             "tokens": led.budget_tokens(),
             "rollouts": led.budget_rollouts(),

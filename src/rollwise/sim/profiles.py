@@ -1,0 +1,62 @@
+"""Named parameter sets of the simulator.
+
+`default`: order-of-magnitude figures for a reasoning model (lengths of hundreds of tokens, a wide spread
+of difficulty); nothing fitted.
+
+`tiny`: fitted to the embedded tiny model's GRPO runs by `benchmarks/sim_calibrate.py` (the fit, its
+targets and its error are recorded in `benchmarks/results/sim_calibration.md`). Only the parameters that
+script searches are fitted; the length shape is set to the tiny task's (answers of a few tokens, cut at
+max_new_tokens = 10) and the rest keep their defaults. `rollwise bench --engine sim` uses it, so the
+simulator runs the bench protocol on the same pool size, batch, group size and budget as the tiny model.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .dynamics import DynamicsConfig
+from .population import PopulationConfig
+
+# The tiny task's length shape (not fitted): ~5-token answers with little spread, max_new_tokens = 10,
+# prompts of ~17 tokens, 6 skill clusters (the task's 6 levels).
+TINY_SHAPE = {
+    "population": {"clusters": 6, "len_prompt_sd": 0.15, "len_group_sd": 0.05, "len_sample_sd": 0.15,
+                   "len_diff_slope": 0.1, "wrong_len": 0.1, "max_len": 10, "prompt_len_min": 14,
+                   "prompt_len_max": 20},
+    "dynamics": {},
+}
+
+# Written by benchmarks/sim_calibrate.py (see its --write-profile); do not edit by hand.
+TINY_FIT = {
+    "population": {"diff_sd": 2.3258, "skill0": -1.3608, "cluster_sd": 1.0293, "median_len": 4.1369, "greedy_threshold": 0.2743},
+    "dynamics": {"eta_global": 0.101, "eta_cluster": 0.0741, "eta_prompt": 0.3403},
+}
+
+PROFILES = {
+    "default": {"population": {}, "dynamics": {}, "greedy_eval": False},
+    "tiny": {"population": {**TINY_SHAPE["population"], **TINY_FIT["population"]},
+             "dynamics": {**TINY_SHAPE["dynamics"], **TINY_FIT["dynamics"]}, "greedy_eval": True},
+}
+
+
+def profile_configs(name: str, overrides: dict | None = None) -> tuple[PopulationConfig, DynamicsConfig, bool]:
+    """(population, dynamics, greedy_eval) of a named profile, with {"population": {...}, "dynamics": {...}}
+    overrides on top. Unknown names and keys raise with the list of known ones."""
+    if name not in PROFILES:
+        raise ValueError(f"unknown sim profile {name!r}; available: {', '.join(PROFILES)}")
+    prof = PROFILES[name]
+    overrides = overrides or {}
+    bad = set(overrides) - {"population", "dynamics"}
+    if bad:
+        raise ValueError(f"sim profile overrides: unknown section {sorted(bad)[0]!r} (population, dynamics)")
+    pop = _apply(PopulationConfig(), {**prof["population"], **overrides.get("population", {})}, "population")
+    dyn = _apply(DynamicsConfig(), {**prof["dynamics"], **overrides.get("dynamics", {})}, "dynamics")
+    return pop, dyn, bool(prof["greedy_eval"])
+
+
+def _apply(cfg, values: dict, section: str):
+    known = set(cfg.__dataclass_fields__)
+    for k in values:
+        if k not in known:
+            raise ValueError(f"sim {section}: unknown parameter {k!r}; known: {', '.join(sorted(known))}")
+    cast = {k: type(getattr(cfg, k))(v) for k, v in values.items()}
+    return replace(cfg, **cast)
