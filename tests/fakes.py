@@ -1,4 +1,4 @@
-"""Shared fakes for the control-planner tests: rollouts, a deterministic sampler, step contexts."""
+"""Shared fakes for the tests: rollouts, a deterministic sampler, step contexts, a constant policy."""
 import numpy as np
 import torch
 
@@ -72,3 +72,16 @@ def run_step(planner, ctx, engine, reset_metrics=True, advance_version=False):
     if advance_version:
         engine.version += 1
     return batch, rejected, rounds
+
+
+class ConstPolicy:
+    """Log-prob -1 for every response token and one parameter for the optimizer: for learner tests
+    where only the data path (advantages, recomposition, state) is under test."""
+
+    def __init__(self):
+        self.model, self.version = torch.nn.Linear(1, 1), 0
+
+    def response_logprobs(self, prompts, responses, temperature):
+        x = self.model.bias * 0 - 1.0
+        out = torch.nn.utils.rnn.pad_sequence([x.expand(len(r)) for r in responses], batch_first=True)
+        return out, torch.zeros_like(out), None

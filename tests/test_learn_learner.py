@@ -12,17 +12,7 @@ from rollwise.learn.learner import Learner, LearnerConfig
 from rollwise.learn.recompose import RoRecomp
 from rollwise.tasks.reward import Scorer
 
-
-class Pol:
-    """Constant log-probs and a parameter for the optimizer: only the data path is under test."""
-
-    def __init__(self):
-        self.model, self.version = torch.nn.Linear(1, 1), 0
-
-    def response_logprobs(self, prompts, responses, temperature):
-        x = self.model.bias * 0 - 1.0
-        out = torch.nn.utils.rnn.pad_sequence([x.expand(len(r)) for r in responses], batch_first=True)
-        return out, torch.zeros_like(out), None
+from fakes import ConstPolicy as Pol
 
 
 def ro(reward, n_tokens=3, tok=1, pid=0, parts=None, text=""):

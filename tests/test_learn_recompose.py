@@ -9,6 +9,8 @@ from rollwise.learn.advantages import batch_input, ktae
 from rollwise.learn.learner import Learner, LearnerConfig
 from rollwise.learn.recompose import RecomposedBatch, RoRecomp, batch_advantages, shuffle_r1
 
+from fakes import ConstPolicy as Pol
+
 
 def ro(reward, n_tokens=3, tok=1, pid=0):
     return Rollout(pid, [1], torch.full((n_tokens,), tok), torch.full((n_tokens,), -1.0), "", "eos", 0,
@@ -87,15 +89,6 @@ def test_rorecomp_alpha_keeps_most_extreme_and_capacity():
 
 
 def test_learner_uses_precomputed_advantages_and_builds_stateful_recomposer():
-    class Pol:  # constant log-probs; only the advantage path is under test
-        def __init__(self):
-            self.model, self.version = torch.nn.Linear(1, 1), 0
-
-        def response_logprobs(self, prompts, responses, temperature):
-            x = self.model.bias * 0 - 1.0
-            out = torch.nn.utils.rnn.pad_sequence([x.expand(len(r)) for r in responses], batch_first=True)
-            return out, torch.zeros_like(out), None
-
     b = Batch([group([1, 0, 0, 0])])
     st = Learner(Pol(), LearnerConfig(recompose="shuffle-r1", recompose_options={"experience_replay": False},
                                       minibatches=1)).update(b)
