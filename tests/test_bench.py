@@ -48,7 +48,9 @@ def test_summary_and_report_from_run_dirs(tmp_path):
     assert m["planners"]["fast"]["ratio"] == 2.0 and m["planners"]["uniform"]["ratio"] == 1.0
     for f in ("summary.json", "report.md", "report.html", "plot_default.png"):
         assert (tmp_path / f).exists()
-    assert "| fast | 2.00" in (tmp_path / "report.md").read_text()
+    report = (tmp_path / "report.md").read_text()
+    assert "| fast | 2.00" in report
+    assert "| planner | train |" in report and "| fast | 150 |" in report  # tokens by purpose: 3 steps x 50
 
 
 def test_run_command_pins_everything_but_the_planner(tmp_path):

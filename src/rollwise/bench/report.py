@@ -134,6 +134,18 @@ def markdown_table(summary: dict, mix: str) -> str:
     return "\n".join(lines)
 
 
+def purpose_table(summary: dict, mix: str) -> str:
+    """Generated tokens by purpose, mean per run: where each planner's budget went (oracle: off-budget)."""
+    m = summary["mixes"][mix]["planners"]
+    purposes = [k for k in ("train", "pilot", "discarded", "profile", "oracle")
+                if any(d["tokens_by_purpose"].get(k, 0) for d in m.values())]
+    lines = ["Generated tokens by purpose (mean per run; `oracle` is off-budget, eval excluded):", "",
+             "| planner | " + " | ".join(purposes) + " |", "|---" * (len(purposes) + 1) + "|"]
+    for p, d in sorted(m.items(), key=lambda kv: -kv[1]["ratio"]):
+        lines.append(f"| {p} | " + " | ".join(f"{d['tokens_by_purpose'].get(k, 0):,.0f}" for k in purposes) + " |")
+    return "\n".join(lines)
+
+
 def plots(cfg: BenchConfig, out: Path) -> list[str]:
     import matplotlib
 
@@ -187,7 +199,7 @@ def write_report(cfg: BenchConfig, command: str, target: float | None = None) ->
             json.loads((run_dir(cfg, cfg.mixes[0], p, 0) / "skipped.json").read_text())["reason"]
             if (run_dir(cfg, cfg.mixes[0], p, 0) / "skipped.json").exists() else p for p in skipped) + "\n")
     for mix in cfg.mixes:
-        md += [f"## Mix `{mix}`\n", markdown_table(summary, mix), ""]
+        md += [f"## Mix `{mix}`\n", markdown_table(summary, mix), "", purpose_table(summary, mix), ""]
     md += [f"![{p}]({p})\n" for p in pngs]
     text = "\n".join(md)
     (out / "report.md").write_text(text)
