@@ -1,8 +1,8 @@
 """Calibrate the simulator against the tiny model's runs and record the fit.
 
     python benchmarks/sim_calibrate.py [--bench benchmarks/results/bench_full/runs/default]
-                                       [--planners uniform,dapo,oracle] [--n-random 300] [--n-local 300]
-                                       [--write-profile]
+                                       [--planners uniform,dapo,oracle] [--n-random 100] [--n-local 400]
+                                       [--write-profile] [--fresh]
 
 Reads the real runs' metrics.jsonl (the recorded full bench: pool 300, batch 32, n 8, 40k tokens) of the
 calibration planners (GRPO plus two whose batches carry more signal per step), fits the parameters in
@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from rollwise.sim import calibrate as cal
+from rollwise.sim.profiles import profile_configs
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -33,10 +34,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bench", default=str(RESULTS / "bench_full/runs/default"))
     ap.add_argument("--planners", default="uniform,dapo,oracle", help="calibration planners")
-    ap.add_argument("--n-random", type=int, default=300)
-    ap.add_argument("--n-local", type=int, default=300)
+    ap.add_argument("--n-random", type=int, default=100)
+    ap.add_argument("--n-local", type=int, default=400)
     ap.add_argument("--seeds", type=int, default=4, help="simulator seeds per candidate")
     ap.add_argument("--write-profile", action="store_true")
+    ap.add_argument("--fresh", action="store_true", help="do not start the search from the current `tiny` profile")
     ap.add_argument("--out", default=str(RESULTS / "sim_calibration"))
     args = ap.parse_args()
 
@@ -45,7 +47,11 @@ def main() -> int:
     dirs = {p: sorted(glob.glob(str(Path(args.bench) / p.replace("+", "_plus_") / "seed*"))) for p in planners}
     reals = {p: cal.real_targets([Path(d) for d in ds], proto) for p, ds in dirs.items()}
     t0 = time.perf_counter()
-    params = cal.fit(reals, proto, args.n_random, args.n_local, args.seeds,
+    start = None
+    if not args.fresh:  # start from the current profile's values of the fitted parameters
+        pop, dyn, _ = profile_configs("tiny")
+        start = {(sec, name): getattr(pop if sec == "population" else dyn, name) for sec, name in cal.SPACE}
+    params = cal.fit(reals, proto, args.n_random, args.n_local, args.seeds, start=start,
                      log=lambda m: print(m, file=sys.stderr, flush=True))
     fit_s = time.perf_counter() - t0
     err, per = cal.planners_error(reals, cal.from_dotted(params), proto, list(range(10)))  # fresh seeds

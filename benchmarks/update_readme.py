@@ -2,8 +2,8 @@
 
     python benchmarks/update_readme.py
 
-Reads benchmarks/results/bench_full/summary.json (and bench_mixes/summary.json if present) and
-rewrites the text between <!-- results:start --> and <!-- results:end --> in README.md.
+Reads benchmarks/results/{bench_full,bench_120k,bench_pc_tuned,bench_mixes}/summary.json (those present)
+and rewrites the text between <!-- results:start --> and <!-- results:end --> in README.md.
 """
 from __future__ import annotations
 
@@ -27,7 +27,10 @@ def section(path: Path, title: str) -> str:
 
 def main() -> None:
     parts = []
-    for name, title in (("bench_full", "Every planner, default mix"), ("bench_mixes", "Other difficulty mixes")):
+    for name, title in (("bench_full", "Every planner, default mix"),
+                        ("bench_120k", "Three times the budget, the leading planners"),
+                        ("bench_pc_tuned", "Pilot-Commit with a smaller pilot (documented knobs)"),
+                        ("bench_mixes", "Other difficulty mixes")):
         p = ROOT / "benchmarks" / "results" / name / "summary.json"
         if p.exists():
             parts.append(section(p, title))

@@ -67,24 +67,34 @@ def test_informative_groups_move_the_prompt_most_then_its_cluster():
     # u_g = (n/n_ref) 2 q (1 - q): zero at q in {0, 1}, max at q = 1/2
     u = Dynamics.signal([16, 16, 16, 8, 0], [0, 8, 16, 4, 0], 16)
     np.testing.assert_allclose(u, [0.0, 0.5, 0.0, 0.25, 0.0])
+    # GRPO's std-normalised mass: (n/n_ref) 2 sqrt(q (1 - q)); one success in 8 gets 3x the mean-centred
+    u = Dynamics.signal([16, 8, 8, 8], [8, 1, 0, 8], 16, "std")
+    np.testing.assert_allclose(u, [1.0, 0.5 * 2 * np.sqrt(7 / 64), 0.0, 0.0])
+    assert u[1] / Dynamics.signal([8], [1], 16)[0] == pytest.approx(np.sqrt(7 / 64) / (7 / 64))
+    with pytest.raises(ValueError, match="signal must be"):
+        Dynamics.signal([8], [1], 16, "rloo")
 
 
-def test_saturation_scales_a_step_by_sigma_over_hypot():
-    def global_gain(sigma, correct):
+def test_rows_normalisation_divides_a_step_by_its_informative_rows_plus_r0():
+    def global_gain(n, correct, normalize="slot", r0=0.0):
         pop = Population(100, seed=3)
-        Dynamics(pop, DynamicsConfig(forget=0.0, eta_global=1.0, saturation=sigma)).update(
-            0, np.arange(10), np.full(10, 16), correct, batch_size=10)
+        cfg = DynamicsConfig(forget=0.0, eta_global=1.0, normalize=normalize, rows_r0=r0)
+        Dynamics(pop, cfg).update(0, np.arange(len(n)), np.asarray(n), np.asarray(correct), batch_size=10)
         return pop.G - pop.skill0
 
-    half = np.full(10, 8)  # u = 0.5 each: m = sum u / B = 0.5
-    assert global_gain(float("inf"), half) == pytest.approx(0.5)  # linear: eta / B * sum u
-    assert global_gain(0.5, half) == pytest.approx(0.5 / np.sqrt(2))  # sigma = m: scaled by 1/sqrt(2)
-    # saturated: doubling the signal (m = 0.5 -> 1.0 by training twice as many informative groups)
-    # lengthens the step far less than 2x once m >> sigma
-    few = np.r_[np.full(5, 8), np.zeros(5, int)]  # m = 0.25
-    assert global_gain(0.05, half) / global_gain(0.05, few) == pytest.approx(
-        (0.5 * 0.05 / np.hypot(0.5, 0.05)) / (0.25 * 0.05 / np.hypot(0.25, 0.05)))
-    assert global_gain(0.05, half) / global_gain(0.05, few) < 1.05
+    # 10 groups of 16 with q = 1/2: u = 0.5 each; slot: eta / B * sum u = 0.5
+    full = ([16] * 10, [8] * 10)
+    assert global_gain(*full) == pytest.approx(0.5)
+    # rows (r0 = 0): scaled by B n_ref / R = 10 * 16 / 160 = 1, so equal here ...
+    assert global_gain(*full, "rows") == pytest.approx(0.5)
+    # ... but half the informative groups give the same step under rows (a per-row mean) and half under slot
+    half = ([16] * 10, [8] * 5 + [0] * 5)
+    assert global_gain(*half) == pytest.approx(0.25)
+    assert global_gain(*half, "rows") == pytest.approx(0.5)
+    # r0 = R: half the length of the pure per-row mean
+    assert global_gain(*half, "rows", r0=80.0) == pytest.approx(0.25)
+    with pytest.raises(ValueError, match="normalize must be"):
+        global_gain(*full, "tokens")
 
 
 def test_prompt_memory_is_forgotten_lazily():

@@ -1,6 +1,6 @@
 """Fit the simulator to real runs of the same protocol: GRPO's, and a few other planners' whose batches
 carry different amounts of signal (DAPO fills every slot with an informative group, the oracle never
-rolls out a hopeless one), so that the step-size saturation is identifiable. The planners not used in
+rolls out a hopeless one), so that how a step's length depends on its informative rows is identifiable. The planners not used in
 the fit are the test of the fitted model (benchmarks/sim_rank.py).
 
 Targets per planner (from each run's metrics.jsonl, averaged over seeds; the simulator's runs are
@@ -42,7 +42,7 @@ SPACE = {
     ("dynamics", "eta_global"): (0.0, 0.6),
     ("dynamics", "eta_cluster"): (0.0, 2.0),
     ("dynamics", "eta_prompt"): (0.0, 4.0),
-    ("dynamics", "saturation"): (0.01, 2.0),
+    ("dynamics", "rows_r0"): (0.0, 1000.0),
 }
 SE_FLOOR = {"eval": 0.005, "zv": 0.01, "reward": 0.01, "persist": 0.02, "tokens": 10.0}
 
@@ -149,7 +149,9 @@ def planners_error(reals: dict[str, dict], params: dict, proto: Protocol, seeds:
 
 
 def fit(reals: dict[str, dict], proto: Protocol, n_random: int = 300, n_local: int = 300, seeds: int = 4,
-        rng_seed: int = 0, log=None) -> dict:
+        rng_seed: int = 0, start: dict | None = None, log=None) -> dict:
+    """Random search in SPACE, then a (1+1) search around the best; `start` ({(section, name): value},
+    e.g. the current profile) is scored first, so a refit never ends worse than where it began."""
     rng = np.random.default_rng(rng_seed)
     keys = list(SPACE)
     lo = np.array([SPACE[k][0] for k in keys])
@@ -160,6 +162,9 @@ def fit(reals: dict[str, dict], proto: Protocol, n_random: int = 300, n_local: i
         return planners_error(reals, dict(zip(keys, x.tolist())), proto, sim_seeds)[0]
 
     best_x, best = None, np.inf
+    if start is not None:
+        best_x = np.clip(np.array([float(start.get(k, (l + h) / 2)) for k, l, h in zip(keys, lo, hi)]), lo, hi)
+        best = score(best_x)
     for i in range(n_random):
         x = lo + rng.random(len(keys)) * (hi - lo)
         e = score(x)

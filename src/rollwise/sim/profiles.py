@@ -17,18 +17,19 @@ from .dynamics import DynamicsConfig
 from .population import PopulationConfig
 
 # The tiny task's length shape (not fitted): ~5-token answers with little spread, max_new_tokens = 10,
-# prompts of ~17 tokens, 6 skill clusters (the task's 6 levels).
+# prompts of ~17 tokens, 6 skill clusters (the task's 6 levels); and the learner's defaults: GRPO with
+# std normalisation, a token-mean loss over the rows whose advantage is not zero.
 TINY_SHAPE = {
     "population": {"clusters": 6, "len_prompt_sd": 0.15, "len_group_sd": 0.05, "len_sample_sd": 0.15,
                    "len_diff_slope": 0.1, "wrong_len": 0.1, "max_len": 10, "prompt_len_min": 14,
                    "prompt_len_max": 20},
-    "dynamics": {},
+    "dynamics": {"signal": "std", "normalize": "rows"},
 }
 
 # Written by benchmarks/sim_calibrate.py (see its --write-profile); do not edit by hand.
 TINY_FIT = {
-    "population": {"diff_sd": 2.3258, "skill0": -1.3608, "cluster_sd": 1.0293, "median_len": 4.1369, "greedy_threshold": 0.2743},
-    "dynamics": {"eta_global": 0.101, "eta_cluster": 0.0741, "eta_prompt": 0.3403},
+    "population": {"diff_sd": 2.3906, "skill0": -1.4146, "cluster_sd": 1.2438, "median_len": 4.0981, "greedy_threshold": 0.2605},
+    "dynamics": {"eta_global": 0.0, "eta_cluster": 0.1774, "eta_prompt": 0.236, "rows_r0": 133.4042},
 }
 
 PROFILES = {
@@ -58,5 +59,5 @@ def _apply(cfg, values: dict, section: str):
     for k in values:
         if k not in known:
             raise ValueError(f"sim {section}: unknown parameter {k!r}; known: {', '.join(sorted(known))}")
-    cast = {k: type(getattr(cfg, k))(v) for k, v in values.items()}
+    cast = {k: type(getattr(cfg, k))(v) for k, v in values.items()}  # e.g. an int given for a float
     return replace(cfg, **cast)
