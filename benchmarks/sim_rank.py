@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -120,9 +121,14 @@ def main() -> int:
         bench_out = Path(tmp) / "bench_sim"
         argv = ["bench", "--engine", "sim", "--planners", ",".join(planners), "--seeds", str(args.seeds),
                 "--budget", str(tiny["budget_tokens"]), "--pool-size", str(tiny["pool_size"]),
-                "--out", str(bench_out)]
-        if cli_main(argv) != 0:
-            return 1
+                "--out", "bench_sim"]
+        cwd = os.getcwd()
+        os.chdir(tmp)  # the report records `--out bench_sim`, not a temporary path
+        try:
+            if cli_main(argv) != 0:
+                return 1
+        finally:
+            os.chdir(cwd)
         sim = json.loads((bench_out / "summary.json").read_text())
         keep = RESULTS / "bench_sim"
         shutil.rmtree(keep, ignore_errors=True)

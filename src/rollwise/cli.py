@@ -125,6 +125,7 @@ def main(argv=None) -> int:
     if add_sim_parser is not None:
         add_sim_parser(sub)
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # the command as given (reports record it)
     try:
         return {"train": cmd_train, "eval": cmd_eval, "list": cmd_list}.get(args.cmd, getattr(args, "func", None))(args)
     except (ValueError, FileNotFoundError, KeyError) as e:

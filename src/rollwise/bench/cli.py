@@ -60,7 +60,7 @@ def cmd_bench(args) -> int:
         cfg.planners = ["uniform"] + cfg.planners
     if not args.report_only:
         run_all(cfg)
-    argv = [a for a in sys.argv[1:] if a != "--report-only"]  # record the command that made the runs
+    argv = [a for a in getattr(args, "argv", sys.argv[1:]) if a != "--report-only"]  # the command that made the runs
     command = "rollwise " + " ".join(shlex.quote(a) for a in argv) if argv[:1] == ["bench"] else "rollwise bench"
     summary = write_report(cfg, command, args.target)
     for mix in cfg.mixes:
