@@ -28,7 +28,7 @@ def section(path: Path, title: str) -> str:
 def main() -> None:
     parts = []
     for name, title in (("bench_full", "Every planner, default mix"),
-                        ("bench_120k", "Three times the budget, the leading planners"),
+                        ("bench_120k", "Three times the budget on a 1,000-prompt pool, 11 planners"),
                         ("bench_pc_tuned", "Pilot-Commit with a smaller pilot (documented knobs)"),
                         ("bench_mixes", "Other difficulty mixes")):
         p = ROOT / "benchmarks" / "results" / name / "summary.json"
