@@ -121,13 +121,14 @@ def set_eos_bias(pol, q: float) -> None:
 
 def run_rollwise(pol, prompts, n: int, max_new: int, seed: int) -> dict:
     from rollwise.core.types import Request
+    from rollwise.generate.engine import run_sync
     from rollwise.generate.torch_engine import TorchEngine
 
     eng = TorchEngine(pol, temperature=1.0, top_p=1.0, max_new_tokens=max_new, seed=seed)
     t = time.perf_counter()
-    res, _ = eng.generate([Request(p, n) for p in prompts])
+    res = run_sync(eng, [Request(p, n, id=i) for i, p in enumerate(prompts)])
     wall = time.perf_counter() - t
-    lengths = [r.num_tokens for g in res for r in g]
+    lengths = [r.num_tokens for e in res for r in e.group.rollouts]
     return {"wall_s": wall, "lengths": lengths}
 
 

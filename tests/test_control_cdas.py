@@ -38,7 +38,7 @@ def test_registered():
 def test_three_prompt_example_by_hand():
     ctx = _ctx(3)
     c = CDAS()
-    c.setup(ctx)
+    c.bind(len(ctx.pool))
     # warm-up step: the ordinary dataloader's candidates pass through untouched
     assert [p.id for p in c.select(ctx.pool[::-1], 2, ctx)] == [2, 1, 0]
     # step 1: prompt 0 pass rate 1.0, prompt 1 pass rate 0.25; p_exp = sigmoid(0 - 0) = 0.5, s = 2
@@ -82,7 +82,7 @@ def test_matches_full_pool_sort(easy):
     ctx = _ctx(N, seed=1)
     rng = np.random.default_rng(2)
     c = CDAS()
-    c.setup(ctx)
+    c.bind(len(ctx.pool))
     for _ in range(6):
         ids = rng.choice(N, 64, replace=False)
         # easy pool: mostly solved (R > 0, the zero block sits in L); hard: mostly failed (R < 0)
@@ -101,7 +101,7 @@ def test_matches_full_pool_sort(easy):
 def test_excludes_prompts_rolled_out_this_step():
     ctx = _ctx(50, seed=3)
     c = CDAS(warmup_steps=0)
-    c.setup(ctx)
+    c.bind(len(ctx.pool))
     _step(c, ctx, {i: i % 9 for i in range(20)})
     first = [p.id for p in c.select(ctx.pool, 10, ctx)]
     for i in first:
@@ -128,11 +128,11 @@ def test_large_pool_touches_only_visited():
     ctx = StepContext(0, 32, 8, _LazyPool(N), PromptHistory(N), Ledger(), np.random.default_rng(4))
     planner = build_planner("cdas", N, ctx.rng)
     c = planner.components[0]
-    reqs = planner.start(ctx)  # warm-up step: the sampler's draw
+    reqs = next(planner.plan(ctx))  # warm-up step: the sampler's draw
     _step(c, ctx, {r.prompt.id: int(ctx.rng.integers(0, 9)) for r in reqs})
     ctx.step = 1
     ctx.groups = {}
-    reqs = planner._draw(32, ctx)
+    reqs = next(planner.plan(ctx))
     assert len({r.prompt.id for r in reqs}) == 32
     assert len(c.vis) == 32
 
@@ -140,12 +140,13 @@ def test_large_pool_touches_only_visited():
 def test_state_dict_round_trip():
     ctx = _ctx(200, seed=5)
     c = CDAS()
-    c.setup(ctx)
+    c.bind(len(ctx.pool))
     rng = np.random.default_rng(0)
     for _ in range(3):
         _step(c, ctx, {int(i): int(rng.integers(0, 9)) for i in rng.choice(200, 16, replace=False)})
     s = copy.deepcopy(c.state_dict())
     c2 = CDAS()
+    c2.bind(200)  # a Planner binds its components before loading their state
     c2.load_state_dict(s)
     np.testing.assert_array_equal(c2.d, c.d)
     np.testing.assert_array_equal(c2.cnt, c.cnt)

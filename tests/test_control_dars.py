@@ -46,7 +46,7 @@ def test_two_stage_step_and_filter():
     ctx = make_ctx(pool_size=4, B=4)
     rates = {0: 1 / 8, 1: 0.5, 2: 0.0, 3: 1.0}
     planner = Planner([DARS()], 4, np.random.default_rng(1))
-    batch, rejected, sizes = run_step(planner, ctx, Engine(rates, ctx.ledger), reset_metrics=False)
+    batch, rejected, sizes = run_step(planner, ctx, Engine(rates), reset_metrics=False)
     assert sizes[0] == {0: 8, 1: 8, 2: 8, 3: 8}
     assert sizes[1] == {0: 11, 2: 24}  # stage 2 only for accuracy < 0.5
     assert len(sizes) == 2  # no third stage
@@ -54,14 +54,17 @@ def test_two_stage_step_and_filter():
     kept = {g.prompt.id for g in batch.groups}
     assert kept == {0, 1}  # combined accuracy 0 (prompt 2) and 1 (prompt 3) do not train
     assert {g.prompt.id for g in rejected} == {2, 3}
-    assert ctx.ledger.rollouts["train"] == 8 * 4 + 11 + 24
+    assert ctx.ledger.count_rollouts("train") == 8 * 4 + 11 + 24
+    # settled by the driver: prompts 0 (19) and 1 (8) trained, the rejected 2 (32) and 3 (8) discarded
+    assert ctx.ledger.count_rollouts("train", "trained") == 19 + 8
+    assert ctx.ledger.count_rollouts("train", "discarded") == 32 + 8
     assert ctx.metrics["dars/2nd_rollout"] == 35
 
 
 def test_hw_variant_and_next_step_resets():
     ctx = make_ctx(pool_size=2, B=2)
     planner = Planner([DARSHW()], 2, np.random.default_rng(1))
-    eng = Engine({0: 0.25, 1: 0.75}, ctx.ledger)
+    eng = Engine({0: 0.25, 1: 0.75})
     _, _, sizes = run_step(planner, ctx, eng, reset_metrics=False)
     assert sizes[1] == {0: 8}
     ctx.step = 1

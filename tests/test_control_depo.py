@@ -119,7 +119,7 @@ def test_planner_drops_pruned_prompts():
     d = planner.components[0]
     d.seen = pool_n
     d.scores = {i: [float(i)] for i in range(pool_n)}
-    reqs = planner.start(ctx)
+    reqs = next(planner.plan(ctx))  # the step's first requests
     assert len(reqs) == 8  # half the batch pruned before rollout
     assert all(r.n == 4 for r in reqs)
 

@@ -10,6 +10,9 @@ from rollwise.core import registry
 from rollwise.core.history import PromptHistory
 from rollwise.core.ledger import Ledger
 from rollwise.core.types import Batch, Group, Prompt, Rollout
+from rollwise.run.driver import StepDriver
+
+from fakes import Engine, drive
 
 N = 300
 
@@ -48,28 +51,30 @@ class FakePolicy:
         return np.zeros(len(ids)), emb + self.noise[ids]
 
 
-class FakeSampler:
-    def __init__(self, ledger):
-        self.ledger, self.requests = ledger, []
-
-    def __call__(self, requests):
-        self.requests += requests
-        out = []
-        for r in requests:
-            k = int(round(_true_rate(r.prompt.id) * r.n))
-            rolls = [_rollout(r.prompt.id, i < k, r.purpose) for i in range(r.n)]
-            self.ledger.charge(rolls)
-            out.append(Group(r.prompt, rolls))
-        return out
-
-
 POOL = [Prompt(i, f"{i}+1=", str(i + 1)) for i in range(N)]
 
 
 def _ctx(step=0, B=8, seed=0, policy=None):
+    """(ctx, engine): a scripted engine with the cluster pass rates (a group of n = 8 of a 0.5 prompt
+    has 4 correct, as the old sampler's), and ctx.prompt_stats served by the step driver, which
+    charges the prompt tokens."""
     ledger = Ledger()
-    return StepContext(step, B, 8, POOL, PromptHistory(N), ledger, np.random.default_rng(seed),
-                       policy or FakePolicy(), FakeSampler(ledger))
+    policy = policy or FakePolicy()
+    engine = Engine({i: _true_rate(i) for i in range(N)})
+    ctx = StepContext(step, B, 8, POOL, PromptHistory(N), ledger, np.random.default_rng(seed), policy)
+    ctx.prompt_stats = StepDriver(engine, ledger, None, policy=policy).prompt_stats
+    return ctx, engine
+
+
+def train_requests(planner, ctx, engine):
+    """Run the step's plan until it asks for train rollouts (its profiles generated through the
+    driver by `engine`): the first round's Requests."""
+    driver = StepDriver(engine, ctx.ledger, None)
+    plan = planner.plan(ctx)
+    reqs = next(plan)
+    while not all(q.purpose == "train" for q in reqs):
+        reqs = plan.send(driver.generate(reqs))
+    return reqs
 
 
 def test_registered():
@@ -101,20 +106,23 @@ def test_select_profiles_reference_every_mu_steps_and_prefers_medium():
     pol = FakePolicy()
     counts = []
     for step in range(5):
-        ctx = _ctx(step=step, policy=pol)
-        out = d.select(POOL[step * 40: step * 40 + 32], 8, ctx)
+        ctx, eng = _ctx(step=step, policy=pol)
+        d.begin_step(ctx)
+        out = drive(d.select(POOL[step * 40: step * 40 + 32], 8, ctx), eng, ctx)
         assert all(_true_rate(p.id) == 0.5 for p in out[:8])  # the medium cluster comes first
-        counts.append(len(ctx.sample.requests))
-        assert all(r.purpose == "profile" for r in ctx.sample.requests)
+        counts.append(len(eng.requests))
+        assert all(r.purpose == "profile" for r in eng.requests)
+        assert ctx.ledger.count_rollouts("profile") == 8 * len(eng.requests)
         assert ctx.ledger.prompt_tokens > 0
     assert counts == [30, 0, 30, 0, 30]  # a new reference set every mu = 2 steps
 
 
 def test_replay_allocate_finish_observe():
     d = DOTS(mu=100, ref_size=30, sigma=0.5, buffer_size=8)
-    ctx = _ctx(step=0, B=8)
+    ctx, eng = _ctx(step=0, B=8)
+    d.begin_step(ctx)
     # step 0: empty buffer -> all 8 prompts fresh
-    out = d.select(POOL[:32], 8, ctx)[:8]
+    out = drive(d.select(POOL[:32], 8, ctx), eng, ctx)[:8]
     assert d.allocate(out, [8] * 8, ctx) == [8] * 8
     fresh = [_group(p, 4) for p in POOL[40:46]] + [_group(POOL[46], 8), _group(POOL[47], 0)]
     for g in fresh:
@@ -125,8 +133,9 @@ def test_replay_allocate_finish_observe():
     # trimmed to buffer_size - sigma * B = 4 newest
     assert [g.prompt.id for g in d.buffer] == [42, 43, 44, 45]
     # step 1: 4 replay slots -> the last 4 selected prompts get n = 0 and finish appends 4 old groups
-    ctx = _ctx(step=1, B=8)
-    out = d.select(POOL[100:132], 8, ctx)[:8]
+    ctx, eng = _ctx(step=1, B=8)
+    d.begin_step(ctx)
+    out = drive(d.select(POOL[100:132], 8, ctx), eng, ctx)[:8]
     ns = d.allocate(out, [8] * 8, ctx)
     assert ns == [8] * 4 + [0] * 4
     fresh = [_group(p, 4, version=1) for p in out[:4]]
@@ -142,7 +151,7 @@ def test_replay_allocate_finish_observe():
 def test_replay_never_duplicates_a_fresh_prompt_and_refill_rounds_are_fresh():
     d = DOTS(mu=100, ref_size=30, sigma=0.5, buffer_size=8)
     d.buffer = [_group(POOL[i], 4) for i in (1, 4, 7, 1)]
-    ctx = _ctx(B=8)
+    ctx, _ = _ctx(B=8)
     prompts = [POOL[i] for i in (4, 10, 13, 16, 19, 22, 25, 28)]
     ns = d.allocate(prompts, [8] * 8, ctx)
     assert ns == [8] * 6 + [0] * 2  # only prompts 1 and 7 are replayable (4 is fresh this step)
@@ -157,15 +166,17 @@ def test_planner_with_replay_draws_sigma_b_fresh():
     planner = build_planner("dots", N, np.random.default_rng(0), {"dots": {"ref_size": 30}})
     d = planner.components[0]
     d.buffer = [_group(POOL[i], 4) for i in range(200, 216)]
-    ctx = _ctx(B=8)
-    reqs = planner.start(ctx)
+    ctx, eng = _ctx(B=8)
+    reqs = train_requests(planner, ctx, eng)
+    assert [len(sub) for sub in eng.submitted] == [30]  # the reference set, then the train round
     assert len(reqs) == 4 and all(r.n == 8 for r in reqs)
 
 
 def test_state_dict_round_trip_with_buffer():
     d = DOTS(mu=2, ref_size=30)
-    ctx = _ctx()
-    d.select(POOL[:32], 8, ctx)
+    ctx, eng = _ctx()
+    d.begin_step(ctx)
+    drive(d.select(POOL[:32], 8, ctx), eng, ctx)
     d.buffer = [_group(POOL[i], 3, version=i) for i in range(5)]
     s = copy.deepcopy(d.state_dict())
     for b in s["buffer"]:
@@ -180,6 +191,11 @@ def test_state_dict_round_trip_with_buffer():
             assert torch.equal(r1.logprobs_T, r2.logprobs_T)
             assert (r1.correct, r1.policy_version, r1.prompt_ids) == (r2.correct, r2.policy_version, r2.prompt_ids)
     pol = FakePolicy()
-    a = d.select(POOL[50:82], 8, _ctx(step=1, seed=4, policy=pol))
-    b = d2.select(POOL[50:82], 8, _ctx(step=1, seed=4, policy=pol))
+    ca, ea = _ctx(step=1, seed=4, policy=pol)
+    cb, eb = _ctx(step=1, seed=4, policy=pol)
+    d.begin_step(ca)
+    d2.begin_step(cb)
+    a = drive(d.select(POOL[50:82], 8, ca), ea, ca)
+    b = drive(d2.select(POOL[50:82], 8, cb), eb, cb)
+    assert ea.requests == eb.requests == []  # age 1 < mu = 2 in both: no new reference set
     assert [p.id for p in a] == [p.id for p in b]

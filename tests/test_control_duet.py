@@ -40,7 +40,7 @@ def test_allocate_reads_history_and_planner_drops_zero():
     assert ns == [0, 0, 16, 16]
     assert ctx.metrics["duet/skipped"] == 2
     planner = Planner([DUET()], 4, np.random.default_rng(0))
-    reqs = planner.start(ctx)
+    reqs = next(planner.plan(ctx))  # the step's first requests
     assert sorted((q.prompt.id, q.n) for q in reqs) == [(2, 16), (3, 16)]
 
 

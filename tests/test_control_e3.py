@@ -1,5 +1,5 @@
 """E3: rank-based counts (with and without the n_max cap), epoch-end ranks and ranges, the
-entropy-targeting temperature (reported, not applied), state."""
+entropy-targeting temperature (reported, and applied to the step's requests), state."""
 import functools
 import math
 import pickle
@@ -7,6 +7,7 @@ import pickle
 import numpy as np
 import pytest
 
+from rollwise.control.base import Planner
 from rollwise.control.e3 import E3, TemperatureScheduler, epoch_ranks, rollout_counts
 from rollwise.core.types import Batch, Group
 
@@ -62,11 +63,14 @@ def test_temperature_update_and_annealing():
 def test_component_epochs_allocation_and_metrics():
     ctx = make_ctx(pool_size=8, B=4)
     c = E3(epoch_steps=2, vocab_size=50)
+    c.bind(len(ctx.pool))
+    c.begin_step(ctx)
     assert c.allocate(ctx.pool[:4], [8] * 4, ctx) == [8, 8, 8, 8]
     rates = [1.0, 0.875, 0.75, 0.5, 0.25, 0.125, 0.0, 0.0]
     for step in range(2):
         groups = [Group(ctx.pool[i], [R(i, j < rates[i] * 8) for j in range(8)]) for i in range(8)]
         ctx.step = step
+        c.begin_step(ctx)
         c.observe(groups, Batch(groups), ctx)
         assert "e3/temperature" in ctx.metrics
     assert (c.n_min, c.n_max, c.epoch) == (6, 10, 1)
@@ -85,6 +89,9 @@ def test_component_epochs_allocation_and_metrics():
 def test_temperature_reported_from_batch_entropy():
     ctx = make_ctx()
     c = E3(vocab_size=50)
+    planner = Planner([c], len(ctx.pool), np.random.default_rng(0))
+    reqs = next(planner.plan(ctx))  # step 0: the temperature starts at t0 = 1 and is applied
+    assert reqs and all(r.sampling.temperature == c.temp.t == 1.0 for r in reqs)
     g1 = [Group(ctx.pool[0], [R(0, 1, entropy=2.0)])]
     c.observe(g1, Batch(g1), ctx)
     g2 = [Group(ctx.pool[0], [R(0, 1, entropy=1.0, ntok=2), R(0, 0, entropy=1.0, ntok=2)])]
@@ -93,14 +100,27 @@ def test_temperature_reported_from_batch_entropy():
     factor = math.log(50) + math.log(math.log(50))
     assert ctx.metrics["e3/temperature"] == pytest.approx(1 + math.log(2.0) / factor)
     assert ctx.metrics["e3/target_entropy"] == pytest.approx(2.0)
+    # the next step's requests carry the new temperature
+    ctx.step, ctx.groups = 1, {}
+    reqs = next(planner.plan(ctx))
+    assert reqs and all(r.sampling.temperature == pytest.approx(1 + math.log(2.0) / factor) for r in reqs)
+    assert all(r.sampling.temperature == c.temp.t for r in reqs)
+    # set_temperature=False only reports it: the requests keep the engine's default
+    quiet = E3(vocab_size=50, set_temperature=False)
+    quiet.temp.load_state_dict(c.temp.state_dict())
+    reqs = next(Planner([quiet], len(ctx.pool), np.random.default_rng(0)).plan(ctx))
+    assert reqs and all(r.sampling.temperature is None for r in reqs)
 
 
 def test_state_dict_round_trip():
     ctx = make_ctx()
     c = E3(epoch_steps=1, vocab_size=50)
+    c.bind(len(ctx.pool))
     groups = [Group(ctx.pool[i], [R(i, i % 2)]) for i in range(4)]
-    c.observe(groups, Batch(groups), ctx)
-    c.observe(groups, Batch(groups), ctx)
+    for step in range(2):
+        ctx.step = step
+        c.begin_step(ctx)
+        c.observe(groups, Batch(groups), ctx)
     s = pickle.loads(pickle.dumps(c.state_dict()))
     d = E3(epoch_steps=1, vocab_size=50)
     d.load_state_dict(s)

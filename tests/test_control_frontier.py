@@ -63,7 +63,7 @@ def test_allocate_proportional():
 def test_planner_end_to_end_draw():
     ctx = _ctx(N=200, B=8, seed=2)
     planner = build_planner("frontier", 200, ctx.rng)
-    reqs = planner.start(ctx)
+    reqs = next(planner.plan(ctx))  # the step's first requests
     assert len(reqs) == 8 and sum(r.n for r in reqs) == 64
 
 

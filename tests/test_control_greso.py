@@ -110,7 +110,7 @@ def test_planner_skips_easy_prompts():
     ctx.history.visits[:] = 1
     ctx.history.easy_streak[:100] = 20  # keep prob 0.01
     planner = build_planner("greso", 200, ctx.rng)
-    reqs = planner.start(ctx)
+    reqs = next(planner.plan(ctx))  # the step's first requests
     assert len(reqs) == 10
     assert sum(r.prompt.id < 100 for r in reqs) <= 1
 

@@ -4,12 +4,13 @@ import numpy as np
 import pytest
 import torch
 
-from rollwise.control.base import StepContext
+from rollwise.control.base import Planner, StepContext
 from rollwise.control.hive import HIVE
 from rollwise.core import registry
 from rollwise.core.history import PromptHistory
 from rollwise.core.ledger import Ledger
 from rollwise.core.types import Batch, Group, Prompt, Rollout
+from rollwise.run.driver import StepDriver
 
 
 def _rollout(pid, correct, entropy=1.0):
@@ -39,8 +40,12 @@ class FakePolicy:
 
 
 def _ctx(N=20, seed=0, ent=None):
+    """ctx.prompt_stats is the policy's, served by the step driver (which charges the prompt tokens)."""
     pool = [Prompt(i, f"{i}+1=", str(i + 1)) for i in range(N)]
-    return StepContext(0, 4, 8, pool, PromptHistory(N), Ledger(), np.random.default_rng(seed), FakePolicy(ent or {}))
+    policy, ledger = FakePolicy(ent or {}), Ledger()
+    ctx = StepContext(0, 4, 8, pool, PromptHistory(N), ledger, np.random.default_rng(seed), policy)
+    ctx.prompt_stats = StepDriver(None, ledger, None, policy=policy).prompt_stats
+    return ctx
 
 
 def test_registered():
@@ -78,9 +83,14 @@ def test_stage2_ranks_by_prompt_entropy_and_drops_stale():
 
 def test_select_needs_a_policy():
     ctx = _ctx()
-    ctx.policy = None
+    ctx.policy, ctx.prompt_stats = None, None
     with pytest.raises(RuntimeError):
         HIVE().select(ctx.pool[:3], 3, ctx)
+    # a host without the policy is refused up front, by name
+    planner = Planner([HIVE()], len(ctx.pool), np.random.default_rng(0))
+    with pytest.raises(ValueError, match="hive"):
+        planner.require("a host", sampling=True, policy=False, refill=True)
+    planner.require("a host", policy=True)
 
 
 def test_ema_pass_rate():

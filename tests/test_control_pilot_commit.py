@@ -10,7 +10,7 @@ from rollwise.control.base import Planner
 from rollwise.control.pilot_commit import PilotCommit, max_variance_subset
 from rollwise.core.types import Group
 
-from fakes import R, make_sampled_ctx, run_step
+from fakes import R, drive, make_sampled_ctx, run_step
 
 
 def plain(x):
@@ -51,17 +51,20 @@ def test_pilot_round_buffer_and_exclusion():
     rates = {0: 0.5, 1: 1.0, 2: 0.0, 3: 0.25, 4: 0.75, 5: 0.5}
     ctx, eng = make_sampled_ctx(rates)
     c = PilotCommit(n_pilot=4, n_commit=4)
+    c.bind(len(ctx.pool))
+    c.begin_step(ctx)
     # round 1: empty buffer -> nothing committed, all candidates piloted
-    out = c.select(ctx.pool[:5], 4, ctx)
+    out = drive(c.select(ctx.pool[:5], 4, ctx), eng, ctx)
     assert out == []
     assert set(c.buffer) == {0, 3, 4}  # 0.5, 0.25, 0.75 kept; 1.0 too correct, 0.0 too hard
     assert c.excluded[1] and not c.excluded[2]  # m >= p_solve = 1.0 -> excluded for good
-    assert ctx.ledger.rollouts["pilot"] == 5 * 4 and ctx.ledger.rollouts["train"] == 0
+    assert ctx.ledger.count_rollouts("pilot") == 5 * 4 and ctx.ledger.count_rollouts("train") == 0
+    assert [q.purpose for q in eng.requests] == ["pilot"] * 5
     assert ctx.metrics["pc/too_correct"] == 1 and ctx.metrics["pc/too_incorrect"] == 1
     # round 2: commits 2 from the buffer by max_variance (std 0.5 first: prompt 0), pilots fresh ones
-    out = c.select([ctx.pool[1], ctx.pool[5]], 2, ctx)  # prompt 1 is excluded -> not piloted
+    out = drive(c.select([ctx.pool[1], ctx.pool[5]], 2, ctx), eng, ctx)  # prompt 1 is excluded -> not piloted
     assert [p.id for p in out][0] == 0 and len(out) == 2
-    assert ctx.ledger.rollouts["pilot"] == 5 * 4 + 4
+    assert ctx.ledger.count_rollouts("pilot") == 5 * 4 + 4
     assert 5 in c.buffer and 0 not in c.buffer
     assert c.allocate(out + [ctx.pool[2]], [8, 8, 8], ctx) == [4, 4, 8]
 
@@ -83,7 +86,8 @@ def test_finish_prepends_pilots_and_downsamples():
     ctx, _ = make_sampled_ctx({0: 0.5, 1: 0.5})
     c = PilotCommit(n_pilot=8, n_pilot_keep=4)
     pilots = [R(0, x, "pilot") for x in (1, 1, 1, 1, 1, 1, 0, 0)]
-    c._begin(ctx)
+    c.bind(len(ctx.pool))
+    c.begin_step(ctx)
     c._commits = {0: pilots}
     fresh = Group(ctx.pool[0], [R(0, 1), R(0, 0)])
     other = Group(ctx.pool[1], [R(1, 1)])
@@ -107,10 +111,11 @@ def test_planner_steps_flush_and_group_shape():
         for g in batch.groups:
             assert g.n == 8
             assert [r.purpose for r in g.rollouts] == ["pilot"] * 4 + ["train"] * 4
+            assert all(r.fate == "trained" for r in g.rollouts[4:])  # settled by the driver
             assert 0.125 <= np.mean([r.correct for r in g.rollouts[:4]]) <= 0.75
             assert g.rollouts[0].policy_version <= g.rollouts[-1].policy_version
         assert all(step - e["step"] <= 1 for e in c.buffer.values())
-    assert ctx.ledger.rollouts["train"] > 0 and ctx.ledger.rollouts["pilot"] > 0
+    assert ctx.ledger.count_rollouts("train") > 0 and ctx.ledger.count_rollouts("pilot") > 0
     assert c.excluded[[i for i, p in rates.items() if p == 1.0]].any()
 
 
@@ -120,7 +125,8 @@ def test_max_rounds_caps_pilots():
     planner = Planner([PilotCommit(max_gen_rounds=3, gen_ratio=2)], 200, np.random.default_rng(0))
     batch = run_step(planner, ctx, eng, advance_version=True)[0]
     assert len(batch) == 0
-    assert ctx.ledger.rollouts["pilot"] == 3 * 8 * 4  # 3 rounds x (2 * 4 candidates) x 4 pilots
+    assert ctx.ledger.count_rollouts("pilot") == 3 * 8 * 4  # 3 rounds x (2 * 4 candidates) x 4 pilots
+    assert ctx.ledger.count_rollouts("pilot", "scored") == 3 * 8 * 4  # measurements, none trained
 
 
 def test_state_dict_round_trip_and_exact_resume():

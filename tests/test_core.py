@@ -59,21 +59,47 @@ def test_history_save_load_roundtrip(tmp_path):
 
 def test_ledger_counts_by_purpose_and_budget_excludes_eval_and_oracle():
     L = Ledger()
-    L.charge(make_group(0, [1, 0], length=4).rollouts, prompt_tokens=10)
-    L.charge(make_group(1, [1], length=5, purpose="eval").rollouts)
-    L.charge(make_group(2, [1], length=7, purpose="oracle").rollouts)
-    L.charge(make_group(3, [0, 0], length=3, purpose="pilot").rollouts)
-    assert L.budget_tokens() == 8 + 6 and L.tokens["eval"] == 5 and L.prompt_tokens == 10
-    g = make_group(4, [0, 0], length=2)
-    L.charge(g.rollouts)
-    L.reclassify(g.rollouts, "discarded")
-    assert L.tokens["train"] == 8 and L.tokens["discarded"] == 4 and L.rollouts["discarded"] == 2
-    assert L.budget_tokens() == 18 and all(r.purpose == "discarded" for r in g.rollouts)
+    L.charge([make_group(0, [1, 0], length=4)], prompt_tokens=10)
+    L.charge([make_group(1, [1], length=5, purpose="eval"), make_group(2, [1], length=7, purpose="oracle")])
+    L.charge([make_group(3, [0, 0], length=3, purpose="pilot")])
+    assert L.budget_tokens() == 8 + 6 and L.count("eval") == 5 and L.prompt_tokens == 10
+    assert L.count(fate="open") == 8 + 5 + 7 + 6  # nothing settled yet
     with pytest.raises(ValueError, match="unknown rollout purpose"):
-        L.charge(make_group(5, [1], purpose="bogus").rollouts)
+        L.charge([make_group(5, [1], purpose="bogus")])
     L2 = Ledger()
     L2.load_state_dict(L.state_dict())
     assert L2.state_dict() == L.state_dict()
+
+
+def test_ledger_settles_fates_and_keeps_the_legacy_view():
+    """A trained group, a filtered one and a pilot: fates move, the budget never does."""
+    L = Ledger()
+    trained, filtered, pilot = make_group(0, [1, 0], length=4), make_group(1, [0, 0], length=2), \
+        make_group(2, [1, 1], length=3, purpose="pilot")
+    L.charge([trained, filtered, pilot])
+    before = L.budget_tokens()
+    L.settle([trained], "open", "trained")
+    L.settle([filtered], "open", {"train": "discarded"})
+    L.settle([pilot], "open", {"train": "discarded"})  # not a train rollout: untouched
+    L.settle([pilot], "open", "scored")
+    assert L.budget_tokens() == before == 8 + 4 + 6
+    assert L.count(fate="trained") == 8 and L.count("train", "discarded") == 4 and L.count("pilot", "scored") == 6
+    assert L.count_rollouts("train", "discarded") == 2 and L.count(fate="open") == 0
+    assert [r.fate for r in filtered.rollouts] == ["discarded"] * 2 and pilot.rollouts[0].fate == "scored"
+    assert L.legacy_tokens() == {"train": 8, "pilot": 6, "discarded": 4, "eval": 0, "profile": 0, "oracle": 0}
+    L.settle([trained], "open", "discarded")  # already settled: nothing moves twice
+    assert L.count(fate="trained") == 8
+    with pytest.raises(ValueError, match="unknown fate"):
+        L.settle([trained], "trained", "lost")
+
+
+def test_ledger_budget_weights_draft_tokens_by_the_cost_ratio():
+    L = Ledger(draft_cost=0.25)
+    g = make_group(0, [1], length=10)
+    g.rollouts[0].meta["tokens_by_kind"] = {"draft": 8, "decoded": 2}  # 8 accepted from a draft
+    L.charge([g, make_group(1, [1], length=4, purpose="eval")])
+    assert L.budget_tokens() == 2 + round(0.25 * 8) and L.count(kind="draft") == 8
+    assert L.count_rollouts() == 2  # a rollout counts once whatever its kinds
 
 
 def test_rollout_state_roundtrip_keeps_reward_parts():

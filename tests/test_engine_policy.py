@@ -1,7 +1,8 @@
 import torch
 import pytest
 
-from rollwise.core.types import Prompt, Request
+from rollwise.core.types import Prompt, Request, SamplingParams
+from rollwise.generate.engine import run_sync
 from rollwise.generate.torch_engine import TorchEngine
 from rollwise.policy.policy import Policy
 from rollwise.policy.tiny import TinyConfig, TinyGPT
@@ -33,9 +34,17 @@ def hf_checkpoint(tmp_path):
 PROMPTS = [Prompt(0, "12+3=", "15"), Prompt(1, "100+250=", "350"), Prompt(2, "7=", "7")]
 
 
+def generate(engine, requests):
+    """Synchronous generation through the Engine protocol: (rollouts per request, prompt tokens prefilled)."""
+    for i, r in enumerate(requests):
+        r.id = i
+    events = run_sync(engine, requests)
+    return [e.group.rollouts for e in events], sum(e.prompt_tokens for e in events)
+
+
 def check_engine(pol):
     eng = TorchEngine(pol, temperature=1.0, max_new_tokens=6, seed=1)
-    res, prefilled = eng.generate([Request(PROMPTS[0], 3), Request(PROMPTS[1], 1), Request(PROMPTS[2], 5)])
+    res, prefilled = generate(eng, [Request(PROMPTS[0], 3), Request(PROMPTS[1], 1), Request(PROMPTS[2], 5)])
     assert [len(g) for g in res] == [3, 1, 5]  # n varies across prompts in one call
     assert prefilled == 5 + 8 + 2  # each distinct prompt is prefilled once
     rows = [r for g in res for r in g]
@@ -49,7 +58,7 @@ def check_engine(pol):
     mu = torch.nn.utils.rnn.pad_sequence([r.logprobs_T for r in rows], batch_first=True)
     assert torch.allclose(lp * mask, mu, atol=1e-4)
     # same seed, same samples
-    res2, _ = TorchEngine(pol, temperature=1.0, max_new_tokens=6, seed=1).generate(
+    res2, _ = generate(TorchEngine(pol, temperature=1.0, max_new_tokens=6, seed=1),
         [Request(PROMPTS[0], 3), Request(PROMPTS[1], 1), Request(PROMPTS[2], 5)])
     assert [r.token_ids_T.tolist() for g in res2 for r in g] == [r.token_ids_T.tolist() for r in rows]
 
@@ -66,7 +75,7 @@ def test_local_hf_checkpoint_runs_engine_and_learner(tmp_path):
     assert pol.kind == "hf"
     pol.model.eval()
     check_engine(pol)
-    res, _ = TorchEngine(pol, max_new_tokens=5, seed=3).generate([Request(PROMPTS[0], 4)])
+    res, _ = generate(TorchEngine(pol, max_new_tokens=5, seed=3), [Request(PROMPTS[0], 4)])
     for i, r in enumerate(res[0]):
         r.reward, r.correct = float(i % 2), bool(i % 2)
     before = [p.detach().clone() for p in pol.model.parameters()]
@@ -89,7 +98,7 @@ def test_finished_rows_leave_the_running_batch():
     # Make EOS likely so rows finish at different times.
     with torch.no_grad():
         pol.model.head.weight[pol.eos_id] += 0.05 * pol.model.head.weight.norm(dim=1).mean()
-    res, _ = eng.generate([Request(PROMPTS[0], 16)])
+    res, _ = generate(eng, [Request(PROMPTS[0], 16)])
     lengths = sorted(r.num_tokens for r in res[0])
     assert lengths[0] < lengths[-1], "need rows of different lengths for this test"
     assert sizes[0] == 1  # the one distinct prompt is prefilled once, then repeated 16 times
@@ -101,9 +110,12 @@ def test_finished_rows_leave_the_running_batch():
 
 def test_greedy_and_top_p_small_are_argmax():
     pol = tiny_policy()
-    g1, _ = TorchEngine(pol, temperature=0.0, max_new_tokens=5).generate([Request(PROMPTS[0], 2)], greedy=True)
-    g2, _ = TorchEngine(pol, temperature=1.0, top_p=1e-6, max_new_tokens=5, seed=7).generate([Request(PROMPTS[0], 2)])
+    g1, _ = generate(TorchEngine(pol, temperature=0.0, max_new_tokens=5), [Request(PROMPTS[0], 2)])
+    g2, _ = generate(TorchEngine(pol, temperature=1.0, top_p=1e-6, max_new_tokens=5, seed=7), [Request(PROMPTS[0], 2)])
+    g3, _ = generate(TorchEngine(pol, temperature=1.0, max_new_tokens=5, seed=7),
+                     [Request(PROMPTS[0], 2, sampling=SamplingParams(temperature=0.0))])  # greedy by request
     assert g1[0][0].token_ids_T.tolist() == g1[0][1].token_ids_T.tolist() == g2[0][0].token_ids_T.tolist()
+    assert g3[0][0].token_ids_T.tolist() == g1[0][0].token_ids_T.tolist()
 
 
 def test_checkpoint_dir_roundtrip_and_vocab_error(tmp_path):

@@ -36,7 +36,7 @@ def test_evaluate_counts_eval_tokens_and_pass_at_k(small_policy):
     ledger = Ledger()
     out = evaluate(policy, task.heldout()[:10], Scorer(task.verify), ledger, max_new_tokens=8, k=2, n_samples=4)
     assert 0.0 <= out["eval_pass@2"] <= 1.0 and out["eval_se"] >= 0.0
-    assert ledger.rollouts["eval"] == 10 + 40 and ledger.budget_tokens() == 0
+    assert ledger.count_rollouts("eval", "scored") == 10 + 40 and ledger.budget_tokens() == 0
     same = evaluate(policy, task.heldout()[:10], Scorer(task.verify), None, max_new_tokens=8, k=2, n_samples=4)
     assert same["eval_pass@2"] == out["eval_pass@2"]  # evaluation is a pure function of the weights
 

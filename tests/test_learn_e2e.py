@@ -9,7 +9,8 @@ from conftest import SMALL
 
 # what an estimator needs from the rest of the pipeline, beyond the defaults
 NEEDS = {"pvpo": {"planner": "pvpo"},  # the planner measures the reference pass rates
-         "gd2po": {"task_options": {**SMALL["task_options"], "reward_parts": True}}}  # reward components
+         "gd2po": {"reward": "rewards_for_tests:by_length_parts"}}  # reward components
+VARIED = {"reward": "rewards_for_tests:by_length"}  # rewards that vary within a group on the test base
 
 
 def run(out, steps=1, **overrides):
@@ -23,14 +24,22 @@ def one_step(tmp_path, extra=None, **learner):
 
 @pytest.mark.parametrize("kind,key", [("advantage", "advantage"), ("loss", "loss"), ("aggregation", "loss_agg"),
                                       ("correction", "correction"), ("recompose", "recompose")])
-def test_every_component_runs_a_step(tmp_path, small_policy, kind, key):
+def test_every_component_updates_the_model(tmp_path, small_policy, kind, key):
+    """One real step per component, on rewards that vary within groups: the model must change, and
+    every reported number must be finite."""
     for e in registry.entries(kind):
-        extra = NEEDS.get(e.name) if kind == "advantage" else None
-        row = one_step(tmp_path / e.name, extra, **{key: e.name})
+        extra = {**VARIED, **(NEEDS.get(e.name, {}) if kind == "advantage" else {})}
+        cfg = load_config(None, {**SMALL, "out": str(tmp_path / e.name), "steps": 1, "eval_every": 0, **extra,
+                                 f"learner.{key}": e.name})
+        trainer = Trainer(cfg)
+        before = [p.detach().clone() for p in trainer.policy.model.parameters()]
+        row = trainer.run()[-1]
         assert row["step"] == 1 and row["tokens"] > 0, e.name
-        for k in ("loss", "grad_norm", "mean_abs_adv"):
-            if k in row:
-                assert row[k] == row[k] and abs(row[k]) != float("inf"), (e.name, k, row[k])
+        assert row["updated"] == 1 and row["learn_rows"] > 0, (e.name, row.get("learn_rows"))
+        moved = max(float((a - b.detach()).abs().max()) for a, b in zip(before, trainer.policy.model.parameters()))
+        assert moved > 0, f"{kind} {e.name} left the model unchanged"
+        for k in ("loss", "grad_norm", "mean_abs_adv", "entropy"):
+            assert k in row and row[k] == row[k] and abs(row[k]) != float("inf"), (e.name, k, row.get(k))
 
 
 def test_gd2po_on_scalar_rewards_fails_clearly(tmp_path, small_policy):
@@ -39,9 +48,10 @@ def test_gd2po_on_scalar_rewards_fails_clearly(tmp_path, small_policy):
 
 
 def test_reward_components_reach_the_learner(tmp_path, small_policy):
-    row = one_step(tmp_path, NEEDS["gd2po"], advantage="gd2po")
+    row = one_step(tmp_path, {"task_options": {**SMALL["task_options"], "reward_parts": True}}, advantage="gd2po")
     assert 0.0 <= row["reward_mean"] <= 1.0  # the mean of two components in [0, 1]
-    assert row["learn_rows"] > 0
+    row = one_step(tmp_path / "user", NEEDS["gd2po"], advantage="gd2po")
+    assert 0.0 <= row["reward_mean"] <= 1.0 and row["learn_rows"] > 0
 
 
 def test_stateful_learner_resumes_exactly(tmp_path, small_policy):

@@ -10,9 +10,11 @@ from rollwise.core import registry
 from rollwise.core.ledger import Ledger
 from rollwise.core.types import Prompt, Request
 from rollwise.sim.dynamics import Dynamics, DynamicsConfig
-from rollwise.sim.engine import SimEngine, SimPool, SimRollout
+from rollwise.core.types import LightRollout
+from rollwise.generate.engine import run_sync
+from rollwise.sim.engine import SimEngine, SimPool
 from rollwise.sim.population import Population, PopulationConfig
-from rollwise.sim.runner import UNSUPPORTED, SimConfig, Simulator
+from rollwise.sim.runner import SimConfig, Simulator
 from rollwise.sim.timing import TimingConfig, TimingModel, makespan
 
 VOLATILE = ("elapsed_s", "steps_per_s", "peak_mem_mb")
@@ -131,8 +133,8 @@ def test_lengths_long_tailed_wrong_longer_and_correlated_within_a_prompt():
 
 def test_truncated_rollouts_are_wrong_and_marked():
     pop = Population(200, PopulationConfig(max_len=300, median_len=300), seed=5)
-    eng = SimEngine(pop, Ledger(), TimingModel(), np.random.default_rng(0))
-    groups = eng.generate([Request(Prompt(i, "", ""), 8) for i in range(200)])
+    eng = SimEngine(pop, TimingModel(), np.random.default_rng(0))
+    groups = [e.group for e in run_sync(eng, [Request(Prompt(i, "", ""), 8, id=i) for i in range(200)])]
     rs = [r for g in groups for r in g.rollouts]
     cut = [r for r in rs if r.finish_reason == "length"]
     assert cut and all(r.num_tokens == 300 and not r.correct for r in cut)
@@ -173,11 +175,12 @@ def test_oracle_wastes_no_more_groups_than_chance():
     zero-variance by chance with probability p^n + (1-p)^n. The observed count must match that."""
     sim = _sim("oracle", prompts=5000, batch=32, n=8)
     expected, var, observed, total = 0.0, 0.0, 0, 0
-    orig = sim.engine.generate
+    orig = sim.engine.poll
 
-    def generate(requests):
-        groups = orig(requests)
-        if requests and requests[0].purpose == "train":
+    def poll(max_steps=None):
+        events = orig(max_steps)
+        groups = [e.group for e in events]
+        if events and events[0].request.purpose == "train":
             nonlocal expected, var, observed, total
             p = sim.engine.last_p
             n = np.array([g.n for g in groups])
@@ -186,9 +189,9 @@ def test_oracle_wastes_no_more_groups_than_chance():
             var += (pz * (1 - pz)).sum()
             observed += sum(g.zero_variance for g in groups)
             total += len(groups)
-        return groups
+        return events
 
-    sim.engine.generate = generate
+    sim.engine.poll = poll
     out = sim.run(40)
     assert total == 40 * 32
     assert observed <= expected + 4 * np.sqrt(var) + 1
@@ -199,20 +202,20 @@ def test_oracle_wastes_no_more_groups_than_chance():
 
 
 def test_counts_ledger_equals_object_ledger():
-    """Charging and reclassifying by counts gives exactly the ledger of per-rollout objects."""
+    """Charging and settling by counts gives exactly the ledger of per-rollout objects."""
     def run(materialise):
         sim = _sim("dapo", batch=16, n=8, seed=7)
-        if materialise:
-            orig = sim.engine.generate
+        if materialise:  # every group materialised as it comes back: the driver then counts rollout objects
+            orig = sim.engine.poll
 
-            def generate(requests):
-                groups = orig(requests)
-                led = Ledger()
-                led.charge([r for g in groups for r in g.rollouts])  # the real loop's charge
-                assert all(g.materialised for g in groups)
-                return groups
+            def poll(max_steps=None):
+                events = orig(max_steps)
+                for e in events:
+                    e.group.rollouts
+                    assert e.group.materialised
+                return events
 
-            sim.engine.generate = generate
+            sim.engine.poll = poll
         return sim, sim.run(15)
 
     (s1, a), (s2, b) = run(False), run(True)
@@ -220,6 +223,7 @@ def test_counts_ledger_equals_object_ledger():
     assert s1.ledger.tokens == s2.ledger.tokens and s1.ledger.prompt_tokens == s2.ledger.prompt_tokens
     assert _stable(a) == _stable(b)
     assert a["tokens_by_purpose"]["discarded"] > 0  # DAPO dropped some zero-variance groups
+    assert s1.ledger.count(fate="open") == 0  # every rollout's fate is settled at the end of its step
     # every rollout generated is on the books: train + discarded = all visits in the history
     log = s1.history.log()
     assert a["rollouts"] == int(log["n"].sum())
@@ -229,21 +233,26 @@ def test_counts_ledger_equals_object_ledger():
 def test_simgroup_behaves_like_a_group():
     pop = Population(50, seed=8)
     led = Ledger()
-    eng = SimEngine(pop, led, TimingModel(), np.random.default_rng(1))
-    g, h = eng.generate([Request(Prompt(3, "", ""), 6), Request(Prompt(3, "", ""), 4)])
+    eng = SimEngine(pop, TimingModel(), np.random.default_rng(1))
+    g, h = [e.group for e in run_sync(eng, [Request(Prompt(3, "", ""), 6, id=0), Request(Prompt(3, "", ""), 4, id=1)])]
+    led.charge([g, h])
     n, c, t, e = g.n + h.n, g.num_correct + h.num_correct, g.tokens + h.tokens, g.mean_entropy * 6 + h.mean_entropy * 4
     g.extend(h)
     assert (g.n, g.num_correct, g.tokens) == (n, c, t) and not g.materialised
+    acc = {}
+    h.move("open", "open", acc)
+    assert h.n == 0 and acc == {}  # the stage's samples moved: nothing is counted twice
     zv = g.zero_variance
-    g.reclassify(led, "train", "discarded")
-    assert led.rollouts == {**led.rollouts, "train": 0, "discarded": 10} and led.tokens["discarded"] == t
+    led.settle([g, h], "open", {"train": "discarded"})
+    assert led.count_rollouts("train", "discarded") == 10 and led.count("train", "discarded") == t
+    assert led.count(fate="open") == 0
     rs = g.rollouts  # materialise: the same numbers, per rollout
     assert g.materialised and len(rs) == n and sum(r.correct for r in rs) == c
-    assert sum(r.num_tokens for r in rs) == t and all(r.purpose == "discarded" for r in rs)
+    assert sum(r.num_tokens for r in rs) == t and all(r.fate == "discarded" and r.purpose == "train" for r in rs)
     assert g.zero_variance == zv and g.mean_entropy == pytest.approx(e / n)
     assert sorted(g.rewards) == sorted([1.0] * c + [0.0] * (n - c))
     r2 = dataclasses.replace(rs[0], token_ids_T=rs[0].token_ids_T.clone())  # AR3PO's reuse path
-    assert isinstance(r2, SimRollout) and r2.num_tokens == rs[0].num_tokens
+    assert isinstance(r2, LightRollout) and r2.num_tokens == rs[0].num_tokens
     g.rollouts = rs[:2]
     assert g.n == 2 and g.tokens == rs[0].num_tokens + rs[1].num_tokens
     pool = SimPool(10)
@@ -253,13 +262,16 @@ def test_simgroup_behaves_like_a_group():
 
 
 def test_every_planner_runs_or_is_refused_clearly():
+    refused = set()
     for e in registry.entries("planner"):
-        if e.name in UNSUPPORTED:
-            with pytest.raises(ValueError, match="Unsupported planners"):
+        if e.obj().needs_policy:
+            with pytest.raises(ValueError, match=f"the simulator cannot run planner '{e.name}'.*needs the policy"):
                 _sim(e.name, prompts=300)
+            refused.add(e.name)
             continue
         out = _sim(e.name, prompts=300, batch=8, n=4).run(3)
         assert out["steps"] == 3 and out["tokens"] + out["tokens_by_purpose"]["oracle"] > 0, e.name
+    assert refused == {"hive", "dots"}
     out = _sim("greso+ar3po", prompts=300, batch=8, n=4).run(3)
     assert out["steps"] == 3
 
@@ -331,4 +343,4 @@ def test_cli_prints_one_json_line(capsys, tmp_path):
     assert out["clusters"] == 4 and out["steps"] == 6
     assert len(rows.read_text().splitlines()) == 6
     assert main(["--planner", "hive", "--prompts", "100", "--quiet"]) == 2
-    assert "Unsupported planners" in capsys.readouterr().err
+    assert "the simulator cannot run planner 'hive': hive needs the policy itself" in capsys.readouterr().err

@@ -59,7 +59,7 @@ def test_bench_engine_sim_end_to_end_with_skip_and_resume(tmp_path, capsys):
     planners = summary["mixes"]["default"]["planners"]
     assert set(planners) == {"uniform", "greso"} and planners["uniform"]["ratio"] == pytest.approx(1.0)
     report = (out / "report.md").read_text()
-    assert "hive: needs ctx.policy.prompt_stats" in report and "population simulator" in report
+    assert "hive needs the policy itself" in report and "population simulator" in report
     assert "Command: `rollwise bench --engine sim --planners greso,hive --seeds 2" in report  # as given
     cfg = BenchConfig(out=str(out), planners=["uniform", "greso"], seeds=2, budget_tokens=6000, engine="sim")
     mtime = (run_dir(cfg, "default", "greso", 1) / "metrics.jsonl").stat().st_mtime_ns

@@ -20,6 +20,7 @@ def _train_parser(sub):
     p.add_argument("--correction")
     p.add_argument("--recompose")
     p.add_argument("--task", help="task name (arithmetic, file)")
+    p.add_argument("--engine", help="engine that samples: a registered name (torch) or 'module:Class'")
     p.add_argument("--reward", help="user reward 'module:function' called as fn(response, answer)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override any config key, dotted for nesting (e.g. learner.lr=1e-4); YAML values")
@@ -30,7 +31,7 @@ def _overrides(args) -> dict:
     import yaml
 
     ov = {}
-    for key in ("model", "steps", "seed", "out", "planner", "task", "reward"):
+    for key in ("model", "steps", "seed", "out", "planner", "task", "reward", "engine"):
         if getattr(args, key, None) is not None:
             ov[key] = getattr(args, key)
     for key in ("advantage", "loss", "loss_agg", "correction", "recompose"):

@@ -20,8 +20,9 @@ def add_bench_parser(sub) -> None:
     p.add_argument("--target", type=float, help="target held-out accuracy (default: GRPO's median final)")
     p.add_argument("--eval-size", type=int, dest="eval_size")
     p.add_argument("--pool-size", type=int, dest="pool_size", help="train pool prompts (revisited over epochs)")
-    p.add_argument("--engine", choices=["torch", "sim"], default="torch",
-                   help="torch: the tiny model (default); sim: the population simulator, same protocol")
+    p.add_argument("--engine", default="torch",
+                   help="a registered engine (rollwise list): torch = the tiny model (default); sim = the "
+                        "population simulator, same protocol")
     p.add_argument("--sim-profile", dest="sim_profile", default="tiny",
                    help="the simulator's parameters with --engine sim (default: tiny, fitted to the tiny model)")
     p.add_argument("--out", default="bench-out")

@@ -51,6 +51,7 @@ def run_command(cfg: BenchConfig, mix: str, planner: str, seed: int) -> list[str
         "planner": planner, "seed": seed, "steps": 100_000, "budget_tokens": cfg.budget_tokens,
         "eval_every": cfg.eval_every, "eval_size": cfg.eval_size, "checkpoint_every": 10,
         "task_options": {"pool_size": cfg.pool_size, "level_weights": list(MIXES[mix])},
+        **({"engine": cfg.engine} if cfg.engine != "torch" else {}),
         **cfg.extra,
     }
     cmd = [sys.executable, "-m", "rollwise.cli", "train", "--out", str(run_dir(cfg, mix, planner, seed))]
@@ -59,9 +60,15 @@ def run_command(cfg: BenchConfig, mix: str, planner: str, seed: int) -> list[str
     return cmd
 
 
+def check_engine(name: str) -> None:
+    """The bench engine must be registered (an unknown name lists the known ones)."""
+    from ..core import registry
+
+    registry.get("engine", name)
+
+
 def run_all(cfg: BenchConfig, log=print) -> None:
-    if cfg.engine not in ("torch", "sim"):
-        raise ValueError(f"unknown bench engine {cfg.engine!r}; available: torch, sim")
+    check_engine(cfg.engine)
     todo = [(m, p, s) for m in cfg.mixes for p in cfg.planners for s in range(cfg.seeds)
             if not any((run_dir(cfg, m, p, s) / f).exists() for f in ("done.json", "skipped.json"))]
     done_already = len(cfg.mixes) * len(cfg.planners) * cfg.seeds - len(todo)

@@ -83,8 +83,7 @@ def informative_prob(a, b, eps: float) -> np.ndarray:
 @register("planner", "aero", provenance="ABS+INF",
           summary="AERO: staged rollout for zero-variance groups, max-variance rejection, Beta posterior")
 class AERO(Component):
-    name = "aero"
-    provenance = "ABS+INF"
+    needs_sampling = True  # stages for zero-variance groups
 
     def __init__(self, n0: int | None = None, step_n: int | None = None, n_max: int | None = None,
                  train_n: int | None = None, eps: float = 0.05, delta: float = 0.1, decay: float = 0.995,
@@ -113,11 +112,10 @@ class AERO(Component):
         return (n0, self.step_n or max(1, n // 2), max(self.n_max or 2 * n, n0), self.train_n or n)
 
     # ---- posterior ------------------------------------------------------------------------------
-    def _ensure(self, size: int) -> None:
-        if self.ca is None or len(self.ca) != size:
-            self.ca = np.zeros(size, np.float64)
-            self.cb = np.zeros(size, np.float64)
-            self.t_upd = np.zeros(size, np.int64)
+    def bind(self, pool_size: int) -> None:
+        self.ca = np.zeros(pool_size, np.float64)
+        self.cb = np.zeros(pool_size, np.float64)
+        self.t_upd = np.zeros(pool_size, np.int64)
 
     def posterior(self, ids, step: int) -> tuple[np.ndarray, np.ndarray]:
         """Beta(a, b) of the given prompts at `step` (prior + discounted evidence)."""
@@ -134,7 +132,6 @@ class AERO(Component):
 
     # ---- hooks ---------------------------------------------------------------------------------
     def select(self, candidates: list[Prompt], need: int, ctx: StepContext) -> list[Prompt]:
-        self._ensure(len(ctx.pool))
         if not self.skip_dead or not candidates:
             return candidates
         a, b = self.posterior([p.id for p in candidates], ctx.step)
@@ -146,7 +143,6 @@ class AERO(Component):
         return [self.sizes(ctx.n)[0]] * len(prompts)
 
     def more(self, groups: list[Group], ctx: StepContext) -> list[Request]:
-        self._ensure(len(ctx.pool))
         _, step_n, n_max, _ = self.sizes(ctx.n)
         cands = [g for g in groups if g.zero_variance and g.n < n_max]
         if not cands:
@@ -165,9 +161,7 @@ class AERO(Component):
                 out.append(g)  # (a zero-variance group will not train: left whole for the loop)
                 continue
             keep = set(max_variance_subset([r.reward for r in g.rollouts], train_n, ctx.rng).tolist())
-            drop = [r for i, r in enumerate(g.rollouts) if i not in keep]
-            ctx.ledger.reclassify(drop, "discarded")
-            rejected += len(drop)
+            rejected += g.n - len(keep)  # the dropped responses are discarded (the driver charges them)
             out.append(Group(g.prompt, [r for i, r in enumerate(g.rollouts) if i in keep]))
         ctx.metrics["aero/rejected"] = float(rejected)
         return out
@@ -176,7 +170,6 @@ class AERO(Component):
         return not (self.drop_zero_variance and group.zero_variance)
 
     def observe(self, groups: list[Group], batch: Batch, ctx: StepContext) -> None:
-        self._ensure(len(ctx.pool))
         counts = dict(self._counts)
         for g in groups:  # groups that finish never saw (should not happen) count as generated
             counts.setdefault(g.prompt.id, (g.num_correct, g.n - g.num_correct))

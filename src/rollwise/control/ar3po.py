@@ -17,10 +17,9 @@ Rule ([ABS]/[SEC] mechanism; [INF] details)::
 The reused response is a copy of a rollout from an earlier step: it keeps its policy_version and
 behaviour log-probs (mu), so a learner that recomputes old_log_prob treats it as on-policy (the
 [INF] default in the spec) and a correction that reads mu sees its true staleness. It was charged
-to the ledger when first generated and is not charged again. With reuse="replace" the fresh
-response it displaces is reclassified as "discarded". (A reused copy keeps purpose "train"; if a
-later component drops its group, the loop's reclassify moves one "train" count of *this* step to
-"discarded": totals stay right, the split is off by one.)
+to the ledger when first generated and is not charged again (the driver counts it as reused). With
+reuse="replace" the fresh response it displaces leaves the group, and the driver settles it as
+discarded.
 
 Defaults [INF; the paper's k, S and buffer size were not retrieved; scaled to the embedded n = 8]:
 k = n/2 = 4, S = 4 (at most 2n = 16 responses for a hard prompt, 4 for an easy one; the paper
@@ -39,8 +38,7 @@ from .base import Component, StepContext
 @register("planner", "ar3po", provenance="ABS+SEC+INF",
           summary="AR3PO: staged rollout until a correct response, reuse stored correct responses")
 class AR3PO(Component):
-    name = "ar3po"
-    provenance = "ABS+SEC+INF"
+    needs_sampling = True  # stages: more samples after seeing the first ones
 
     def __init__(self, k: int = 4, stages: int = 4, keep: int = 1, reuse: str = "add",
                  drop_zero_variance: bool = True):
@@ -51,24 +49,20 @@ class AR3PO(Component):
         self.k, self.stages, self.keep, self.reuse = int(k), int(stages), int(keep), reuse
         self.drop_zero_variance = bool(drop_zero_variance)
         self.buffer: dict[int, list[Rollout]] = {}  # prompt id -> newest correct responses
-        self._step: int | None = None
         self._stage: dict[int, int] = {}  # this step: prompt id -> stages generated
         self._reused: set[int] = set()  # this step: prompt ids that got a reused response
         self._reused_objs: set[int] = set()  # id() of this step's reused copies (never re-stored)
 
-    def _begin(self, ctx: StepContext) -> None:
-        if self._step != ctx.step:
-            self._step, self._stage, self._reused, self._reused_objs = ctx.step, {}, set(), set()
+    def begin_step(self, ctx: StepContext) -> None:
+        self._stage, self._reused, self._reused_objs = {}, set(), set()
 
     # ---- hooks ---------------------------------------------------------------------------------
     def allocate(self, prompts: list[Prompt], ns: list[int], ctx: StepContext) -> list[int]:
-        self._begin(ctx)
         for p in prompts:
             self._stage[p.id] = 1
         return [self.k] * len(prompts)
 
     def more(self, groups: list[Group], ctx: StepContext) -> list[Request]:
-        self._begin(ctx)
         out = []
         for g in groups:
             pid = g.prompt.id
@@ -79,7 +73,6 @@ class AR3PO(Component):
         return out
 
     def finish(self, groups: list[Group], ctx: StepContext) -> list[Group]:
-        self._begin(ctx)
         out = []
         for g in groups:
             stored = self.buffer.get(g.prompt.id)
@@ -90,8 +83,7 @@ class AR3PO(Component):
                              logprobs_T=stored[-1].logprobs_T.clone(), prompt_ids=list(stored[-1].prompt_ids))
             rollouts = list(g.rollouts)
             if self.reuse == "replace" and rollouts:
-                ctx.ledger.reclassify([rollouts[-1]], "discarded")
-                rollouts = rollouts[:-1]
+                rollouts = rollouts[:-1]  # the displaced response is discarded (the driver charges it)
             out.append(Group(g.prompt, rollouts + [reused]))
             self._reused.add(g.prompt.id)
             self._reused_objs.add(id(reused))
@@ -118,10 +110,9 @@ class AR3PO(Component):
     # ---- persistence ---------------------------------------------------------------------------
     def state_dict(self) -> dict:
         return {"buffer": {pid: [r.to_state() for r in rs] for pid, rs in self.buffer.items()},
-                "step": self._step, "stage": dict(self._stage), "reused": sorted(self._reused)}
+                "stage": dict(self._stage), "reused": sorted(self._reused)}
 
     def load_state_dict(self, s: dict) -> None:
         self.buffer = {int(pid): [Rollout.from_state(d) for d in rs] for pid, rs in s["buffer"].items()}
-        self._step = None if s["step"] is None else int(s["step"])
         self._stage = {int(k): int(v) for k, v in s["stage"].items()}
         self._reused = {int(x) for x in s["reused"]}

@@ -6,6 +6,9 @@ component's hook in order. This is the contract third parties implement; keep it
 
 Hooks, in the order one step calls them::
 
+    bind(pool_size)                once, when the planner is built (size per-prompt arrays here)
+    begin_step(ctx)                at the start of every step (reset per-step state)
+    sampling(ctx)                  sampling overrides for this step's requests, e.g. {"temperature": 0.9}
     setup(ctx)                     once, before the first step (offline profiling: sGPO, PVPO)
     select(candidates, need, ctx)  pre-rollout: keep/skip/reorder/add prompts (GRESO, HIVE, CDAS, ...)
     allocate(prompts, ns, ctx)     n per prompt (sGPO, CurES, E3, DUET); returns the new ns
@@ -15,11 +18,22 @@ Hooks, in the order one step calls them::
     accept(group, ctx)             may this group train? (DAPO's zero-variance filter)
     observe(groups, batch, ctx)    after the update: update the component's own state
 
-A component that sets ``refill = True`` makes the planner draw fresh prompts while fewer than
-``batch_size`` groups are accepted, for at most ``max_rounds`` rounds (DAPO dynamic sampling).
+**Asking for samples.** A hook that needs rollouts of its own (a pilot, a profile, an oracle
+measurement) is written as a generator: ``groups = yield [Request(p, m, purpose="pilot")]``. The step
+driver generates, charges and scores those requests and sends back one scored Group per Request, in
+order; the hook's `return` value is its result. Components never call an engine or write the ledger,
+so the same hook runs synchronously, asynchronously, or in a host trainer that can serve it.
+
+**What a host must provide.** A component declares `needs_sampling` (it yields requests, or asks for
+more samples after seeing results: stages) and `needs_policy` (a forward pass or model internals:
+`ctx.prompt_stats`, `ctx.policy`); `refill = True` means it draws fresh prompts while fewer than
+`batch_size` groups are accepted, for at most `max_rounds` rounds (DAPO dynamic sampling). A host
+(TRL, verl) calls `Planner.require(...)` with what it can serve and refuses the rest by name.
 """
 from __future__ import annotations
 
+import inspect
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -32,33 +46,46 @@ from ..core.types import Batch, Group, Prompt, Request
 
 @dataclass
 class StepContext:
-    """What a component may read (and use) during one step."""
+    """What a component may read (and use) during one step. `history`, `ledger` (read-only for
+    components: the driver alone writes it) and `policy` may be None in a host that has none."""
 
     step: int
     batch_size: int  # B: groups the learner wants per step
     n: int  # default group size
-    pool: list[Prompt]  # the train pool; Prompt.id indexes it and the history
-    history: PromptHistory
-    ledger: Ledger
+    pool: Sequence[Prompt]  # the train pool; Prompt.id indexes it and the history
+    history: PromptHistory | None
+    ledger: Ledger | None
     rng: np.random.Generator  # the planner's own stream (saved in checkpoints)
-    policy: Any = None  # rollwise.policy.Policy: prompt_stats() for HIVE / DOTS
-    # sample(requests) -> groups: generate + score off the train path (purpose taken from each
-    # Request: "profile", "oracle", "pilot", ...). Charged to the ledger like every rollout.
-    sample: Callable[[list[Request]], list[Group]] | None = None
-    groups: dict[int, Group] = field(default_factory=dict)  # this step's groups so far, by prompt id
+    policy: Any = None  # the policy, for components that read its internals (CurES sigma='grad', E3's vocab)
+    # prompt_stats(texts) -> (entropy_K, embed_KD): one prefill-only pass of the current policy (HIVE,
+    # DOTS); the driver charges its prompt tokens.
+    prompt_stats: Callable | None = None
+    groups: dict[int, Group] = field(default_factory=dict)  # this step's train groups so far, by prompt id
     metrics: dict[str, float] = field(default_factory=dict)  # components may add step metrics here
 
 
 class Component:
-    """Base class: every hook is a no-op. Override what your method needs."""
+    """Base class: every hook is a no-op. Override what your method needs. `name` and `provenance` are
+    set by `@register`."""
 
     name = "component"
     provenance = "INF"
     refill = False  # draw fresh prompts until batch_size groups are accepted
     max_rounds = 1
     oversample = 1  # candidates drawn per needed prompt (ranking selectors want more to choose from)
+    needs_sampling = False  # yields requests of its own or asks for more samples (a host must serve them)
+    needs_policy = False  # reads the policy (ctx.policy / ctx.prompt_stats)
 
-    def setup(self, ctx: StepContext) -> None:
+    def bind(self, pool_size: int) -> None:
+        pass
+
+    def begin_step(self, ctx: StepContext) -> None:
+        pass
+
+    def sampling(self, ctx: StepContext) -> dict:
+        return {}
+
+    def setup(self, ctx: StepContext):
         pass
 
     def select(self, candidates: list[Prompt], need: int, ctx: StepContext) -> list[Prompt]:
@@ -113,6 +140,16 @@ class PoolSampler:
         self.epoch, self.pos, self.perm = int(s["epoch"]), int(s["pos"]), np.asarray(s["perm"])
 
 
+@dataclass
+class Assembled:
+    """The end of a step's Control: the batch to train, the groups that may not train, and the
+    groups after `finish` (what the batch was chosen from)."""
+
+    batch: Batch
+    rejected: list[Group]
+    final: list[Group]
+
+
 class Planner:
     """Runs a list of components through one step. See the module docstring for the hook order."""
 
@@ -122,54 +159,144 @@ class Planner:
         self.sampler = PoolSampler(pool_size, rng)
         self.round = 0
         self._set_up = False
+        self._sampling: dict = {}
+        for c in components:
+            c.bind(pool_size)
 
     @property
     def name(self) -> str:
         return "+".join(c.name for c in self.components)
 
-    # ---- the step ------------------------------------------------------------------------
-    def start(self, ctx: StepContext) -> list[Request]:
+    @property
+    def needs_sampling(self) -> bool:
+        return any(c.needs_sampling for c in self.components)
+
+    @property
+    def needs_policy(self) -> bool:
+        return any(c.needs_policy for c in self.components)
+
+    @property
+    def refill(self) -> bool:
+        return any(c.refill for c in self.components)
+
+    def require(self, host: str, sampling: bool = False, policy: bool = False, refill: bool = False) -> None:
+        """Refuse, with the reason, components that need what `host` cannot serve."""
+        missing = []
+        for c in self.components:
+            if c.needs_sampling and not sampling:
+                missing.append(f"{c.name} needs on-demand sampling (extra rollouts after seeing results)")
+            if c.needs_policy and not policy:
+                missing.append(f"{c.name} needs the policy itself (a forward pass or model internals)")
+            if c.refill and not refill:
+                missing.append(f"{c.name} needs refills (fresh prompts until the batch is full)")
+        if missing:
+            raise ValueError(f"{host} cannot run planner {self.name!r}: " + "; ".join(missing))
+
+    # ---- the step, as a coroutine the driver runs ---------------------------------------------
+    def plan(self, ctx: StepContext):
+        """Control for one step. Yields lists of Requests; the driver sends back one scored Group per
+        Request, in order. Returns an Assembled batch."""
+        self.begin_step(ctx)
         if not self._set_up:
             for c in self.components:
-                c.setup(ctx)
+                yield from self._run(c.setup(ctx))
             self._set_up = True
         self.round = 1
-        return self._draw(ctx.batch_size, ctx)
+        requests = yield from self._draw(ctx.batch_size, ctx)
+        while requests:
+            groups = yield self._with_sampling(requests)
+            grown = []
+            for g in groups:
+                have = ctx.groups.get(g.prompt.id)
+                if have is None:
+                    ctx.groups[g.prompt.id] = have = g
+                else:  # a later stage for the same prompt
+                    have.extend(g)
+                grown.append(have)
+            requests = yield from self._more(grown, ctx)
+        return (yield from self._assemble(ctx))
 
-    def more(self, groups: list[Group], ctx: StepContext) -> list[Request]:
-        requests = [r for c in self.components for r in c.more(groups, ctx)]
+    def _run(self, hook_result):
+        """run_hook, with the step's sampling overrides applied to a hook's own requests."""
+        if not inspect.isgenerator(hook_result):
+            return hook_result
+        try:
+            requests = next(hook_result)
+            while True:
+                requests = hook_result.send((yield self._with_sampling(requests)))
+        except StopIteration as stop:
+            return stop.value
+
+    def _with_sampling(self, requests: list[Request]) -> list[Request]:
+        if self._sampling:
+            from dataclasses import replace
+
+            for r in requests:
+                fill = {k: v for k, v in self._sampling.items() if getattr(r.sampling, k) is None}
+                if fill:
+                    r.sampling = replace(r.sampling, **fill)
+        return requests
+
+    def _more(self, groups: list[Group], ctx: StepContext):
+        requests = []
+        for c in self.components:
+            requests += yield from self._run(c.more(groups, ctx))
         if requests:
             return requests
-        if any(c.refill for c in self.components):
+        if self.refill:
             accepted = sum(self._accepts(g, ctx) for g in ctx.groups.values())
             max_rounds = max(c.max_rounds for c in self.components if c.refill)
             if accepted < ctx.batch_size and self.round < max_rounds:
                 self.round += 1
-                return self._draw(ctx.batch_size - accepted, ctx)
+                return (yield from self._draw(ctx.batch_size - accepted, ctx))
         return []
 
-    def assemble(self, ctx: StepContext) -> tuple[Batch, list[Group]]:
-        """Final groups -> (train batch, rejected groups). Refill planners train on at most B groups
-        (DAPO keeps the first B; the surplus is discarded, not carried over)."""
+    def _assemble(self, ctx: StepContext):
+        """Final groups -> Assembled. Refill planners train on at most B groups (DAPO keeps the first
+        B; the surplus is discarded, not carried over)."""
         groups = list(ctx.groups.values())
         for c in self.components:
-            groups = c.finish(groups, ctx)
+            groups = yield from self._run(c.finish(groups, ctx))
         kept = [g for g in groups if self._accepts(g, ctx)]
-        if any(c.refill for c in self.components):
+        if self.refill:
             kept = kept[: ctx.batch_size]
         kept_ids = {id(g) for g in kept}
         rejected = [g for g in groups if id(g) not in kept_ids]
-        return Batch(kept, ctx.step), rejected
+        return Assembled(Batch(kept, ctx.step), rejected, groups)
 
     def observe(self, batch: Batch, ctx: StepContext) -> None:
         for c in self.components:
             c.observe(list(ctx.groups.values()), batch, ctx)
 
+    # ---- the same decisions for a host trainer (no sampling of its own) ------------------------
+    def begin_step(self, ctx: StepContext) -> None:
+        """Start a step (plan() does this; a host calls it before select/allocate of each of its steps)."""
+        for c in self.components:
+            c.begin_step(ctx)
+        self._sampling = {}
+        for c in self.components:
+            self._sampling.update(c.sampling(ctx))
+
+    def select(self, candidates: list[Prompt], need: int, ctx: StepContext) -> list[Prompt]:
+        """Every component's select over host-drawn candidates (at most `need` are returned)."""
+        for c in self.components:
+            candidates = _no_requests(c.select(candidates, need, ctx), c)
+        return list(candidates)[:need]
+
+    def allocate(self, prompts: list[Prompt], ctx: StepContext) -> list[int]:
+        ns = [ctx.n] * len(prompts)
+        for c in self.components:
+            ns = c.allocate(prompts, ns, ctx)
+        return [int(k) for k in ns]
+
+    def accepts(self, group: Group, ctx: StepContext) -> bool:
+        return self._accepts(group, ctx)
+
     # ---- helpers -------------------------------------------------------------------------
     def _accepts(self, g: Group, ctx: StepContext) -> bool:
         return all(c.accept(g, ctx) for c in self.components)
 
-    def _draw(self, need: int, ctx: StepContext) -> list[Request]:
+    def _draw(self, need: int, ctx: StepContext):
         """Draw candidates from the pool and pass them through every selector until `need` prompts
         survive or a full pass over the pool has been drawn (selectors may skip everything)."""
         oversample = max(c.oversample for c in self.components)
@@ -181,7 +308,7 @@ class Planner:
             cands = [ctx.pool[i] for i in self.sampler.next(k)]
             drawn += k
             for c in self.components:
-                cands = c.select(cands, need - len(chosen), ctx)
+                cands = yield from self._run(c.select(cands, need - len(chosen), ctx))
             for p in cands:
                 if p.id not in seen and len(chosen) < need:
                     chosen.append(p)
@@ -203,17 +330,36 @@ class Planner:
             c.load_state_dict(cs)
 
 
+def _no_requests(result, component: Component):
+    """A hook's value in a host that cannot sample: fine unless the hook actually asks for samples."""
+    if not inspect.isgenerator(result):
+        return result
+    try:
+        next(result)
+    except StopIteration as stop:
+        return stop.value
+    result.close()
+    raise ValueError(f"{component.name} asks for samples of its own; this host cannot serve them "
+                     "(check Planner.require before running)")
+
+
 def build_planner(spec: str | list[str], pool_size: int, rng: np.random.Generator,
                   options: dict[str, dict] | None = None) -> Planner:
     """`"greso+ar3po"` or `["greso", "ar3po"]` -> Planner. `options[name]` are keyword arguments
-    for that component's constructor (from the config file's `planner_options`)."""
+    for that component's constructor (from the config's `planner_options`); a key that names no
+    component of the spec, or an option the component does not take, is an error naming both."""
     from ..core import registry
 
-    names = spec.split("+") if isinstance(spec, str) else list(spec)
+    names = [s.strip() for s in (spec.split("+") if isinstance(spec, str) else spec)]
     options = options or {}
+    for key in options:
+        if key not in names:
+            raise ValueError(f"planner_options: {key!r} is not a component of planner {'+'.join(names)!r} "
+                             f"(its components: {', '.join(names)})")
     comps = []
     for name in names:
-        name = name.strip()
         entry = registry.get("planner", name)
-        comps.append(entry.obj(**options.get(name, {})))
+        opts = options.get(name) or {}
+        registry.check_options(entry.obj, opts, f"planner_options.{name}")
+        comps.append(entry.obj(**opts))
     return Planner(comps, pool_size, rng)

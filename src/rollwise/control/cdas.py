@@ -40,9 +40,6 @@ from .base import Component, StepContext
 @register("planner", "cdas", provenance="CODE+INF",
           summary="CDAS: Elo-like difficulty d vs competence R; pick the B/2 nearest below and above R")
 class CDAS(Component):
-    name = "cdas"
-    provenance = "CODE+INF"
-
     def __init__(self, warmup_steps: int = 1):
         if warmup_steps < 0:
             raise ValueError("cdas: warmup_steps must be >= 0")
@@ -54,16 +51,10 @@ class CDAS(Component):
         self.cnt: np.ndarray | None = None  # int64 [N], updates per problem
         self.vis = np.zeros(0, dtype=np.int64)  # visited ids, in first-visit order
 
-    def _ensure(self, n: int) -> None:
-        if self.d is None:
-            self.N = int(n)
-            self.d = np.zeros(self.N, dtype=np.float64)
-            self.cnt = np.zeros(self.N, dtype=np.int64)
-        elif self.N != n:
-            raise ValueError(f"cdas: state is for a pool of {self.N} prompts, the pool has {n}")
-
-    def setup(self, ctx: StepContext) -> None:
-        self._ensure(len(ctx.pool))
+    def bind(self, pool_size: int) -> None:
+        self.N = int(pool_size)
+        self.d = np.zeros(self.N, dtype=np.float64)
+        self.cnt = np.zeros(self.N, dtype=np.int64)
 
     # ---- the update ----------------------------------------------------------------------
     def update(self, ids, pass_rates) -> None:
@@ -85,7 +76,6 @@ class CDAS(Component):
         self.steps += 1
 
     def observe(self, groups: list[Group], batch: Batch, ctx: StepContext) -> None:
-        self._ensure(len(ctx.pool))
         seen: dict[int, Group] = {}
         for g in groups:
             if g.n > 0:
@@ -95,7 +85,6 @@ class CDAS(Component):
 
     # ---- the selection -------------------------------------------------------------------
     def select(self, candidates: list[Prompt], need: int, ctx: StepContext) -> list[Prompt]:
-        self._ensure(len(ctx.pool))
         if self.steps < self.warmup_steps or need <= 0:
             return candidates
         ids = self.choose(need, exclude=set(ctx.groups), rng=ctx.rng)
@@ -169,9 +158,10 @@ class CDAS(Component):
 
     def load_state_dict(self, state: dict) -> None:
         self.R, self.steps = float(state["R"]), int(state["steps"])
-        self.d = self.cnt = None
         self.vis = np.asarray(state["vis"], dtype=np.int64).copy()
         if int(state["N"]) > 0:
-            self._ensure(int(state["N"]))
+            if int(state["N"]) != self.N:
+                raise ValueError(f"cdas: state is for a pool of {state['N']} prompts, the pool has {self.N}")
+            self.bind(self.N)
             self.d[self.vis] = np.asarray(state["d_vis"], dtype=np.float64)
             self.cnt[self.vis] = np.asarray(state["cnt_vis"], dtype=np.int64)

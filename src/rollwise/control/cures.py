@@ -31,7 +31,7 @@ Deviations (all flagged [INF]):
   * sigma_x. sigma="grad" computes the code's formula at a prompt's init profiling: a = share
     correct of the n_min responses, b = 1 - a, g = ||grad of log p(y|x)|| wrt the first parameter
     whose name contains `grad_param` (the code: embed_tokens; rollwise's TinyGPT: wte), one
-    backward per profile response through ctx.policy.response_logprobs; it is then static, as in
+    backward per profile response through ctx.policy.response_logprobs (so it needs the policy); it is then static, as in
     the code within a chunk. The default sigma="bernoulli" [INF] assumes E[g_c] = E[g_w] and
     E[g_c^2] = E[g_w^2], which reduces the formula to sigma_x ∝ sqrt(p_hat (1 - p_hat)) with the
     *current* posterior (no backward passes; also works without a policy, e.g. the simulator).
@@ -112,9 +112,6 @@ def response_grad_norms(policy, rollouts, param_match: str) -> np.ndarray:
 @register("planner", "cures", provenance="CODE+INF",
           summary="CurES: Beta-posterior prompt sampling toward medium difficulty + quotas ∝ sigma_x")
 class CurES(Component):
-    name = "cures"
-    provenance = "CODE+INF"
-
     def __init__(self, init_rollouts: int = 4, tau: float = 0.1, alpha_temperature: bool = False,
                  oversample: int = 2, n_lo: int = 2, n_hi: int | None = None, sigma: str = "bernoulli",
                  grad_param: str | None = None):
@@ -129,11 +126,18 @@ class CurES(Component):
         self.total: np.ndarray | None = None
         self.sigma: np.ndarray | None = None  # sigma="grad": per prompt, NaN = not measured
 
-    def _ensure(self, size: int) -> None:
-        if self.accepted is None or len(self.accepted) != size:
-            self.accepted = np.zeros(size, np.int64)
-            self.total = np.zeros(size, np.int64)
-            self.sigma = np.full(size, np.nan, np.float32)
+    @property
+    def needs_sampling(self) -> bool:  # the init profile
+        return self.init_rollouts > 0
+
+    @property
+    def needs_policy(self) -> bool:  # per-response gradients
+        return self.sigma_mode == "grad"
+
+    def bind(self, pool_size: int) -> None:
+        self.accepted = np.zeros(pool_size, np.int64)
+        self.total = np.zeros(pool_size, np.int64)
+        self.sigma = np.full(pool_size, np.nan, np.float32)
 
     def measure_sigma(self, groups: list[Group], policy) -> None:
         match = self.grad_param or ("wte" if getattr(policy, "kind", "") == "tiny" else "embed_tokens")
@@ -147,13 +151,12 @@ class CurES(Component):
             self.total[g.prompt.id] += g.n
 
     # ---- hooks ---------------------------------------------------------------------------------
-    def select(self, candidates: list[Prompt], need: int, ctx: StepContext) -> list[Prompt]:
-        self._ensure(len(ctx.pool))
+    def select(self, candidates: list[Prompt], need: int, ctx: StepContext):
         if not candidates:
             return candidates
         unseen = [p for p in candidates if self.total[p.id] == 0]
-        if unseen and self.init_rollouts > 0 and ctx.sample is not None:
-            profiled = ctx.sample([Request(p, self.init_rollouts, purpose="profile") for p in unseen])
+        if unseen and self.init_rollouts > 0:
+            profiled = yield [Request(p, self.init_rollouts, purpose="profile") for p in unseen]
             self.count(profiled)
             if self.sigma_mode == "grad":
                 if ctx.policy is None:
@@ -166,7 +169,6 @@ class CurES(Component):
         return [candidates[i] for i in np.argsort(-keys, kind="stable")]
 
     def allocate(self, prompts: list[Prompt], ns: list[int], ctx: StepContext) -> list[int]:
-        self._ensure(len(ctx.pool))
         if not prompts:
             return ns
         ids = np.array([p.id for p in prompts], dtype=np.int64)
@@ -177,7 +179,6 @@ class CurES(Component):
         return [int(k) for k in out]
 
     def observe(self, groups: list[Group], batch: Batch, ctx: StepContext) -> None:
-        self._ensure(len(ctx.pool))
         self.count(groups)
 
     def state_dict(self) -> dict:

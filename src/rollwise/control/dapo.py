@@ -16,8 +16,6 @@ from .base import Component, StepContext
 
 @register("planner", "dapo", provenance="CODE+INF", summary="DAPO dynamic sampling: drop zero-variance groups, refill, bounded rounds")
 class DAPO(Component):
-    name = "dapo"
-    provenance = "CODE+INF"
     refill = True
 
     def __init__(self, max_rounds: int = 5):

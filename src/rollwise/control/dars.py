@@ -61,8 +61,7 @@ def schedule_hw(acc: float, N: int, N_max: int, std: bool = False) -> int:
 @register("planner", "dars", provenance="CODE",
           summary="DARS-ET: second-stage rollouts for low-accuracy prompts (equal treatment)")
 class DARS(Component):
-    name = "dars"
-    provenance = "CODE"
+    needs_sampling = True  # a second stage of samples after seeing the first
     mode = "et"
 
     def __init__(self, n_max: int | None = None, use_std: bool = False, upper: float = 1.0,
@@ -73,7 +72,6 @@ class DARS(Component):
         if n_max is not None and n_max < 1:
             raise ValueError("dars: n_max must be >= 1")
         self.mode, self.n_max, self.use_std, self.upper = mode, n_max, bool(use_std), float(upper)
-        self._step: int | None = None
         self._stage: dict[int, int] = {}  # this step: prompt id -> stage reached
 
     def extra(self, acc: float, N: int) -> int:
@@ -81,18 +79,15 @@ class DARS(Component):
         fn = schedule_et if self.mode == "et" else schedule_hw
         return fn(acc, N, n_max, self.use_std)
 
-    def _begin(self, ctx: StepContext) -> None:
-        if self._step != ctx.step:
-            self._step, self._stage = ctx.step, {}
+    def begin_step(self, ctx: StepContext) -> None:
+        self._stage = {}
 
     def allocate(self, prompts: list[Prompt], ns: list[int], ctx: StepContext) -> list[int]:
-        self._begin(ctx)
         for p in prompts:
             self._stage[p.id] = 1
         return ns
 
     def more(self, groups: list[Group], ctx: StepContext) -> list[Request]:
-        self._begin(ctx)
         out = []
         for g in groups:
             if self._stage.get(g.prompt.id, 1) != 1 or g.n == 0:
@@ -109,15 +104,13 @@ class DARS(Component):
         return 0.0 < a < self.upper
 
     def state_dict(self) -> dict:
-        return {"step": self._step, "stage": dict(self._stage)}
+        return {"stage": dict(self._stage)}
 
     def load_state_dict(self, s: dict) -> None:
-        self._step = None if s["step"] is None else int(s["step"])
         self._stage = {int(k): int(v) for k, v in s["stage"].items()}
 
 
 @register("planner", "dars-hw", provenance="CODE",
           summary="DARS-HW: second-stage rollouts for low-accuracy prompts (hardness weighted)")
 class DARSHW(DARS):
-    name = "dars-hw"
     mode = "hw"

@@ -25,12 +25,12 @@ e3/worker/temperature_scheduler.py]::
 Deviations:
   * Bug fix (the intended rule): the release does not cap the floored counts at n_max, so a
     prompt can get more than n_max when the rank mass is concentrated. rollwise caps them.
-  * [INF] The planner API cannot set the engine's sampling temperature (the learner must use the
-    same temperature as the engine, and neither is reachable from a planner). E3's temperature is
-    computed exactly and reported as a *recommended* value in ctx.metrics["e3/temperature"]
-    (with "e3/entropy" and "e3/target_entropy"); nothing consumes it yet. An API hook such as
-    StepContext.gen_options["temperature"], read by the loop for the engine and the learner,
-    would let it act.
+  * The temperature acts: E3's `sampling` hook sets it on every request of the step; each rollout
+    carries the temperature it was sampled at and the learner scores it at that temperature.
+    `set_temperature=False` only reports it (ctx.metrics["e3/temperature"], with "e3/entropy"
+    and "e3/target_entropy"), as rollwise did before its planners could set sampling parameters.
+    The rule needs the vocabulary size V (the `vocab_size` option, else ctx.policy's); with neither
+    (the simulator) the temperature stays at t0.
   * [INF] An epoch is epoch_steps training steps (default ceil(|pool| / B)), counted by this
     component; the rank sort at an epoch end is O(pool log pool), once per epoch (amortised
     O(log pool) per prompt drawn); allocation itself is O(batch).
@@ -126,19 +126,17 @@ class TemperatureScheduler:
 
 
 @register("planner", "e3", provenance="CODE+INF",
-          summary="E3: rank-based rollout counts (hard prompts get more) + recommended entropy-targeting temperature")
+          summary="E3: rank-based rollout counts (hard prompts get more) + entropy-targeting sampling temperature")
 class E3(Component):
-    name = "e3"
-    provenance = "CODE+INF"
-
     def __init__(self, n_low: int = 4, n_high: int = 12, n_update: int = 2, epoch_steps: int | None = None,
                  cap: bool = True, t0: float = 1.0, init_steps: int = 1, max_steps: int = 150,
                  annealing: bool = True, annealing_ratio: float = 0.4, annealing_factor: float = 0.9,
-                 vocab_size: int | None = None):
+                 vocab_size: int | None = None, set_temperature: bool = True):
         if not 1 <= n_low <= n_high or n_update < 0:
             raise ValueError("e3: need 1 <= n_low <= n_high and n_update >= 0")
         self.n_low, self.n_high, self.n_update = int(n_low), int(n_high), int(n_update)
         self.epoch_steps, self.cap, self.vocab_size = epoch_steps, bool(cap), vocab_size
+        self.set_temperature = bool(set_temperature)
         self.temp = TemperatureScheduler(t0, init_steps, max_steps, annealing, annealing_ratio, annealing_factor)
         self.n_min: int | None = None  # start at n (set from ctx.n on first use)
         self.n_max: int | None = None
@@ -148,16 +146,19 @@ class E3(Component):
         self.steps_done = 0
         self.epoch = 0
 
-    def _ensure(self, ctx: StepContext) -> None:
+    def bind(self, pool_size: int) -> None:
+        self.total_reward = np.zeros(pool_size, np.float64)
+        self.count = np.zeros(pool_size, np.int64)
+        self.rank = np.full(pool_size, -1.0, np.float32)
+
+    def begin_step(self, ctx: StepContext) -> None:
         if self.n_min is None:
             self.n_min = self.n_max = int(ctx.n)
-        if self.total_reward is None or len(self.total_reward) != len(ctx.pool):
-            self.total_reward = np.zeros(len(ctx.pool), np.float64)
-            self.count = np.zeros(len(ctx.pool), np.int64)
-            self.rank = np.full(len(ctx.pool), -1.0, np.float32)
+
+    def sampling(self, ctx: StepContext) -> dict:
+        return {"temperature": float(self.temp.t)} if self.set_temperature else {}
 
     def allocate(self, prompts: list[Prompt], ns: list[int], ctx: StepContext) -> list[int]:
-        self._ensure(ctx)
         if not prompts:
             return ns
         ids = np.array([p.id for p in prompts], dtype=np.int64)
@@ -172,7 +173,6 @@ class E3(Component):
         self.epoch += 1
 
     def observe(self, groups: list[Group], batch: Batch, ctx: StepContext) -> None:
-        self._ensure(ctx)
         for g in groups:
             self.total_reward[g.prompt.id] += float(g.num_correct)
             self.count[g.prompt.id] += g.n

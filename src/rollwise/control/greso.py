@@ -52,9 +52,6 @@ from .base import Component, StepContext
 @register("planner", "greso", provenance="CODE+INF",
           summary="GRESO: skip prompts that were zero-variance z times in a row with prob 1-max(p^z,.01); adaptive p; DS refill")
 class GRESO(Component):
-    name = "greso"
-    provenance = "CODE+INF"
-
     def __init__(self, p_easy: float = 0.5, p_hard: float = 0.5, target_zero_variance: float = 0.25,
                  delta_p: float = 0.01, p_min: float = 0.05, p_max: float = 0.95, floor: float = 0.01,
                  dynamic_sampling: bool = True, max_rounds: int = 5):

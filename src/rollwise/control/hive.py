@@ -16,7 +16,7 @@ high uncertainty). EVERYTHING BELOW THAT SKELETON IS INFERRED [INF] (spec §3 (c
            ceil(rho1 * count) by u_hist are kept (ties broken at random).
   stage 2, for the survivors:
       H_prompt(x) = mean over prompt tokens of the entropy of pi_theta(. | x_<t): one prefill-only
-           pass (`ctx.policy.prompt_stats`), its prompt tokens charged to `ledger.prompt_tokens`.
+           pass (`ctx.prompt_stats`), its prompt tokens charged by the driver.
       drop x if H_prompt fell by more than `delta` (relative) since x's last visit (stale history);
       rank the rest by H_prompt, highest first; the Planner keeps the first `need`.
 Defaults [INF; the paper's values are unknown]: rho1 = 0.5, window [0, 1] (off), delta = 0.2,
@@ -35,18 +35,10 @@ from ..core.types import Batch, Group, Prompt
 from .base import Component, StepContext
 
 
-def _prompt_tokens(policy, texts: list[str]) -> int:
-    try:
-        return sum(len(policy.encode(t)) for t in texts)
-    except Exception:  # a policy without a tokenizer interface: count characters
-        return sum(len(t) for t in texts)
-
-
 @register("planner", "hive", provenance="ABS+INF",
           summary="HIVE: history filter (p(1-p) x response entropy) then prompt-entropy ranking / stale pruning")
 class HIVE(Component):
-    name = "hive"
-    provenance = "ABS+INF"
+    needs_policy = True  # prompt entropy
 
     def __init__(self, rho1: float = 0.5, p_lo: float = 0.0, p_hi: float = 1.0, delta: float = 0.2,
                  ema: float = 1.0, oversample: int = 2):
@@ -89,11 +81,10 @@ class HIVE(Component):
     def stage2(self, prompts: list[Prompt], ctx: StepContext) -> list[Prompt]:
         if not prompts:
             return prompts
-        if ctx.policy is None:
-            raise RuntimeError("hive: stage 2 needs ctx.policy.prompt_stats (prompt entropy)")
+        if ctx.prompt_stats is None:
+            raise RuntimeError("hive: stage 2 needs ctx.prompt_stats (prompt entropy from the policy)")
         texts = [p.text for p in prompts]
-        ent, _ = ctx.policy.prompt_stats(texts)
-        ctx.ledger.prompt_tokens += _prompt_tokens(ctx.policy, texts)
+        ent, _ = ctx.prompt_stats(texts)
         ent = np.asarray(ent, dtype=np.float64)
         keep = []
         stale = 0

@@ -18,13 +18,13 @@ Rule [CODE: recipe/pc/pc_ray_trainer.py L354-760, recipe/pc/utils.py, recipe/pc/
     stop at B committed prompts or max_gen_rounds rounds; flush entries older than max_off_steps
 
 How it maps onto the planner hooks: `select` runs one round per call (the planner calls it again
-while fewer than B prompts are chosen), piloting the fresh candidates through
-`ctx.sample([Request(p, n_pilot, purpose="pilot")])` and returning the committed buffer prompts;
+while fewer than B prompts are chosen), piloting the fresh candidates by yielding
+`[Request(p, n_pilot, purpose="pilot")]` to the driver and returning the committed buffer prompts;
 `allocate` gives those n_commit; `finish` prepends the stored pilot responses to each committed
 group; `observe` flushes stale buffer entries.
 
 Deviations / inferred parts:
-  * [INF] Pilots are generated in their own engine call (ctx.sample), not fused with the commit
+  * [INF] Pilots are generated in their own engine call (a yielded request), not fused with the commit
     call as in the code; the rollouts and the ledger are the same, wall-clock differs.
   * [INF] Short of B committed prompts after max_gen_rounds the code raises; rollwise trains on
     what it has (as rollwise's DAPO does).
@@ -90,8 +90,7 @@ def max_variance_subset(rewards, m: int, rng: np.random.Generator) -> np.ndarray
 @register("planner", "pilot-commit", provenance="CODE+INF",
           summary="Pilot-Commit: cheap pilot rollouts pick informative prompts; commit the bulk to them")
 class PilotCommit(Component):
-    name = "pilot-commit"
-    provenance = "CODE+INF"
+    needs_sampling = True  # pilots: samples that decide which prompts get the commit
 
     def __init__(self, n_pilot: int = 4, n_commit: int = 4, n_pilot_keep: int | None = None,
                  p_lower: float = 0.125, p_upper: float = 0.25, p_solve: float | None = 1.0,
@@ -113,8 +112,7 @@ class PilotCommit(Component):
         self.strategy, self.max_size = strategy, int(max_size)
         # buffer: prompt id -> {"step", "mean", "std", "rollouts"}; dict order = insertion order
         self.buffer: dict[int, dict] = {}
-        self.excluded: np.ndarray | None = None  # bool per pool prompt (lazily sized)
-        self._step: int | None = None
+        self.excluded: np.ndarray | None = None  # bool per pool prompt (sized by bind)
         self._rounds = 0
         self._commits: dict[int, list[Rollout]] = {}  # this step: prompt id -> stored pilot rollouts
 
@@ -172,25 +170,22 @@ class PilotCommit(Component):
         return len(old)
 
     # ---- hooks ---------------------------------------------------------------------------------
-    def _begin(self, ctx: StepContext) -> None:
-        if self.excluded is None or len(self.excluded) != len(ctx.pool):
-            self.excluded = np.zeros(len(ctx.pool), dtype=bool)
-        if self._step != ctx.step:
-            self._step, self._rounds, self._commits = ctx.step, 0, {}
+    def bind(self, pool_size: int) -> None:
+        self.excluded = np.zeros(pool_size, dtype=bool)
 
-    def select(self, candidates: list[Prompt], need: int, ctx: StepContext) -> list[Prompt]:
-        self._begin(ctx)
+    def begin_step(self, ctx: StepContext) -> None:
+        self._rounds, self._commits = 0, {}
+
+    def select(self, candidates: list[Prompt], need: int, ctx: StepContext):
         if self._rounds >= self.max_gen_rounds:
             return []
-        if ctx.sample is None:
-            raise RuntimeError("pilot-commit needs ctx.sample to generate pilot rollouts")
         self._rounds += 1
         # commit first, from what the buffer held before this round's pilots (as the code does)
         chosen = self.sample_buffer(min(need, len(self.buffer)), ctx.rng, skip=ctx.groups)
         fresh = [p for p in candidates if not self.excluded[p.id] and p.id not in ctx.groups]
         counts = {}
-        if fresh:
-            groups = ctx.sample([Request(p, self.n_pilot, purpose="pilot") for p in fresh])
+        if fresh:  # the driver generates, charges and scores the pilots, and sends their groups back
+            groups = yield [Request(p, self.n_pilot, purpose="pilot") for p in fresh]
             counts = self.add_pilots(groups, ctx.step)
         m = ctx.metrics
         m["pc/rounds"] = float(self._rounds)
@@ -231,7 +226,7 @@ class PilotCommit(Component):
                         "rollouts": [r.to_state() for r in e["rollouts"]]} for pid, e in self.buffer.items()],
             "pool_size": -1 if self.excluded is None else len(self.excluded),
             "excluded": np.zeros(0, np.int64) if self.excluded is None else np.flatnonzero(self.excluded),
-            "step": self._step, "rounds": self._rounds,
+            "rounds": self._rounds,
             "commits": {pid: [r.to_state() for r in rs] for pid, rs in self._commits.items()},
         }
 
@@ -244,6 +239,5 @@ class PilotCommit(Component):
         if size >= 0:
             self.excluded = np.zeros(size, dtype=bool)
             self.excluded[np.asarray(s["excluded"], dtype=np.int64)] = True
-        self._step = None if s["step"] is None else int(s["step"])
         self._rounds = int(s["rounds"])
         self._commits = {int(pid): [Rollout.from_state(d) for d in rs] for pid, rs in s["commits"].items()}

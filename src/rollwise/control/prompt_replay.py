@@ -47,9 +47,6 @@ from .base import Component, StepContext
 @register("planner", "prompt-replay", provenance="CODE+INF",
           summary="Prompt Replay: up to B//2 slots re-ask prompts with pass rate nearest 0.5 (cooldown, max reuse)")
 class PromptReplay(Component):
-    name = "prompt-replay"
-    provenance = "CODE+INF"
-
     def __init__(self, frac: float = 0.5, cooldown: int = 5, max_reuse: int = 20, p_min: float = 0.24,
                  p_max: float = 0.70, cooldown_jitter: float = 0.2, adaptive_cooldown: bool = False):
         if not 0 <= frac <= 1 or cooldown < 0 or max_reuse < 0 or not 0 <= p_min <= p_max <= 1:
@@ -64,9 +61,7 @@ class PromptReplay(Component):
         self.cool: dict[int, int] = {}  # this prompt's (jittered) cooldown, drawn at its last evaluation
         self.heap: list[tuple[float, float, int, int]] = []
         self.active: set[int] = set()  # issued as replays, not yet evaluated
-        # per-step bookkeeping
-        self._step: int | None = None
-        self._issued = 0
+        self._issued = 0  # replays issued this step
         self.replays_total = 0
 
     # ---- the rule ------------------------------------------------------------------------
@@ -129,9 +124,10 @@ class PromptReplay(Component):
             heapq.heappush(self.heap, e)
         return found
 
+    def begin_step(self, ctx: StepContext) -> None:
+        self._issued = 0
+
     def select(self, candidates: list[Prompt], need: int, ctx: StepContext) -> list[Prompt]:
-        if self._step != ctx.step:
-            self._step, self._issued = ctx.step, 0
         slots = min(self.budget(ctx.batch_size) - self._issued, need)
         replays: list[Prompt] = []
         reserved = set(ctx.groups) | self.active
@@ -173,7 +169,7 @@ class PromptReplay(Component):
             "cool": {int(k): int(v) for k, v in self.cool.items()},
             "heap": [[float(a), float(b), int(c), int(d)] for a, b, c, d in self.heap],
             "active": sorted(int(x) for x in self.active),
-            "step": self._step, "issued": self._issued, "replays_total": self.replays_total,
+            "issued": self._issued, "replays_total": self.replays_total,
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -184,6 +180,5 @@ class PromptReplay(Component):
         self.heap = [(float(a), float(b), int(c), int(d)) for a, b, c, d in state["heap"]]
         heapq.heapify(self.heap)  # already a heap; cheap insurance after a round trip
         self.active = {int(x) for x in state["active"]}
-        self._step = None if state["step"] is None else int(state["step"])
         self._issued = int(state["issued"])
         self.replays_total = int(state["replays_total"])

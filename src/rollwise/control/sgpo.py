@@ -14,7 +14,7 @@ Rule ([ABS] structure; [INF] constants, none are published)::
 
 Why G = 1/p [INF]: about one success per group, so P(non-zero-variance) >= 1 - 1/e.
 
-Hook mapping: `setup` profiles the whole pool in chunks through ctx.sample (O(pool), once, offline
+Hook mapping: `setup` profiles the whole pool in chunks of yielded requests (O(pool), once, offline
 by design); `select` returns the next `need` queries of the curriculum (the planner's random
 candidates are ignored; with curriculum=False it only filters them); `allocate` sets G(x).
 Everything per step is O(batch).
@@ -44,8 +44,7 @@ def group_size(p0: float, g_min: int, g_max: int) -> int:
 @register("planner", "sgpo", provenance="ABS+INF",
           summary="sGPO: offline pass-rate profile -> filter, group size ceil(1/p), easy->hard order")
 class SGPO(Component):
-    name = "sgpo"
-    provenance = "ABS+INF"
+    needs_sampling = True  # the offline profile
 
     def __init__(self, profile_k: int = 4, g_min: int = 2, g_max: int = 16, rho: float = 0.25,
                  p_trivial: float = 1.0, curriculum: bool = True, chunk: int = 1024):
@@ -79,15 +78,13 @@ class SGPO(Component):
         self.cursor, self.epoch = 0, 0
 
     # ---- hooks ---------------------------------------------------------------------------------
-    def setup(self, ctx: StepContext) -> None:
+    def setup(self, ctx: StepContext):
         if self.p0 is not None:  # resumed from a checkpoint
             return
-        if ctx.sample is None:
-            raise RuntimeError("sgpo needs ctx.sample for its offline profiling pass")
         p0 = np.zeros(len(ctx.pool), dtype=np.float32)
         for start in range(0, len(ctx.pool), self.chunk):
             reqs = [Request(p, self.profile_k, purpose="profile") for p in ctx.pool[start: start + self.chunk]]
-            for g in ctx.sample(reqs):
+            for g in (yield reqs):
                 p0[g.prompt.id] = g.pass_rate
         self.set_profile(p0, ctx.rng)
         ctx.metrics["sgpo/kept_frac"] = float(self.kept.mean()) if len(self.kept) else 0.0

@@ -5,5 +5,4 @@ from .base import Component
 
 @register("planner", "uniform", provenance="CODE", summary="plain GRPO: B prompts x n samples, all groups train")
 class Uniform(Component):
-    name = "uniform"
-    provenance = "CODE"
+    """B prompts from the epoch-shuffled pool, n samples each; every group trains (the baseline)."""

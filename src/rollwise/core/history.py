@@ -45,13 +45,15 @@ class PromptHistory:
         groups = [g for g in groups if g.n > 0]
         if not groups:
             return
+        k = len(groups)
+        n = np.fromiter((g.n for g in groups), np.int64, k)
         self.record_arrays(
             step,
-            prompt=np.array([g.prompt.id for g in groups], dtype=np.int64),
-            n=np.array([g.n for g in groups], dtype=np.int32),
-            correct=np.array([g.num_correct for g in groups], dtype=np.int32),
-            mean_len=np.array([g.mean_length for g in groups], dtype=np.float32),
-            mean_entropy=np.array([g.mean_entropy for g in groups], dtype=np.float32),
+            prompt=np.fromiter((g.prompt.id for g in groups), np.int64, k),
+            n=n,
+            correct=np.fromiter((g.num_correct for g in groups), np.int64, k),
+            mean_len=np.fromiter((g.tokens for g in groups), np.float64, k) / n,
+            mean_entropy=np.fromiter((g.mean_entropy for g in groups), np.float64, k),
         )
 
     def record_arrays(self, step: int, prompt, n, correct, mean_len=None, mean_entropy=None) -> None:

@@ -1,8 +1,15 @@
 """Ledger: the one place where cost is counted. Every comparison reads it, never a method's claim.
 
-Rollouts and generated tokens are counted by purpose (train, pilot, discarded, eval, profile,
-oracle). The budget of a run is `budget_tokens()`: every purpose except eval and oracle
-(the oracle planner's measurements are off the books by design; eval is reported apart).
+Each generated token is counted under three labels (see core/types.py): purpose (train, pilot,
+profile, oracle, eval), fate (open -> trained / discarded / scored, or aborted, pruned, carried) and
+kind (decoded, draft, shared). Only the step driver writes here: it charges every engine result when
+it comes back (fate "open") and settles fates when the step's batch is known. Engines and planners
+never touch the ledger.
+
+The budget of a run is `budget_tokens()`: decoded tokens of every purpose except eval and oracle (the
+oracle planner's measurements are off the books by design; eval is reported apart), plus
+draft-verified tokens weighted by the engine's measured prefill/decode cost ratio. Nothing reused is
+free: a rollout is charged when generated, whatever happens to it later.
 """
 from __future__ import annotations
 
@@ -10,35 +17,57 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from .types import PURPOSES, Rollout
+from .types import FATES, KINDS, PURPOSES
 
 OFF_BUDGET = ("eval", "oracle")
+# The per-purpose view that metrics.jsonl has always had: "discarded" there means train rollouts
+# that were filtered or trimmed (fate discarded), and "train" the other train rollouts.
+LEGACY_PURPOSES = ("train", "pilot", "discarded", "eval", "profile", "oracle")
 
 
 @dataclass
 class Ledger:
-    rollouts: dict[str, int] = field(default_factory=lambda: {p: 0 for p in PURPOSES})
-    tokens: dict[str, int] = field(default_factory=lambda: {p: 0 for p in PURPOSES})
+    tokens: dict[tuple[str, str, str], int] = field(default_factory=dict)  # (purpose, fate, kind)
+    rollouts: dict[tuple[str, str], int] = field(default_factory=dict)  # (purpose, fate)
     prompt_tokens: int = 0  # prefilled prompt tokens (all purposes)
     learner_tokens: int = 0  # tokens the learner ran forward+backward on
+    reused_tokens: int = 0  # tokens trained in a later step than the one that generated them
+    draft_cost: float = 1.0  # cost of a draft-verified token in decoded-token units (engine-measured)
     seconds: dict[str, float] = field(default_factory=dict)  # wall time by phase
 
-    def charge(self, rollouts: list[Rollout], prompt_tokens: int = 0) -> None:
-        for r in rollouts:
-            self._check(r.purpose)
-            self.rollouts[r.purpose] += 1
-            self.tokens[r.purpose] += r.num_tokens
-        self.prompt_tokens += prompt_tokens
+    # ---- writing (the driver only) ---------------------------------------------------------
+    def charge(self, groups, prompt_tokens: int = 0) -> None:
+        """Count newly generated groups: their rollouts go from fate "new" to "open" (so a rollout is
+        never charged twice, and a hand-made or restored one is never settled as if charged)."""
+        acc: dict = {}
+        for g in groups:
+            g.move("new", "open", acc)
+        for (purpose, kind, _), (n, tok) in acc.items():
+            self._add(purpose, "open", kind, n, tok)
+        self.prompt_tokens += int(prompt_tokens)
 
-    def reclassify(self, rollouts: list[Rollout], to: str) -> None:
-        """Move rollouts already charged (e.g. train) to another purpose (e.g. discarded)."""
-        self._check(to)
-        for r in rollouts:
-            self.rollouts[r.purpose] -= 1
-            self.tokens[r.purpose] -= r.num_tokens
-            r.purpose = to
-            self.rollouts[to] += 1
-            self.tokens[to] += r.num_tokens
+    def settle(self, groups, frm: str, to) -> int:
+        """Move the groups' rollouts of fate `frm` to fate `to` (a fate, or {purpose: fate} for some
+        purposes only); returns the tokens moved. A rollout already settled is never moved twice."""
+        for fate in ([to] if isinstance(to, str) else to.values()):
+            if fate not in FATES:
+                raise ValueError(f"unknown fate {fate!r}; expected one of {FATES}")
+        acc: dict = {}
+        for g in groups:
+            g.move(frm, to, acc)
+        for (purpose, kind, fate), (n, tok) in acc.items():
+            self._add(purpose, frm, kind, -n, -tok)
+            self._add(purpose, fate, kind, n, tok)
+        return sum(tok for _, tok in acc.values())
+
+    def _add(self, purpose: str, fate: str, kind: str, n: int, tok: int) -> None:
+        if purpose not in PURPOSES:
+            raise ValueError(f"unknown rollout purpose {purpose!r}; expected one of {PURPOSES}")
+        if kind not in KINDS:
+            raise ValueError(f"unknown token kind {kind!r}; expected one of {KINDS}")
+        key = (purpose, fate, kind)
+        self.tokens[key] = self.tokens.get(key, 0) + tok
+        self.rollouts[(purpose, fate)] = self.rollouts.get((purpose, fate), 0) + n
 
     @contextmanager
     def timer(self, phase: str):
@@ -48,25 +77,65 @@ class Ledger:
         finally:
             self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - t0
 
+    # ---- reading ---------------------------------------------------------------------------
+    def count(self, purpose=None, fate=None, kind=None) -> int:
+        """Tokens matching every label given (None = any)."""
+        return sum(v for (p, f, k), v in self.tokens.items()
+                   if (purpose is None or p == purpose) and (fate is None or f == fate) and (kind is None or k == kind))
+
+    def count_rollouts(self, purpose=None, fate=None) -> int:
+        return sum(v for (p, f), v in self.rollouts.items()
+                   if (purpose is None or p == purpose) and (fate is None or f == fate))
+
     def budget_tokens(self) -> int:
-        return sum(v for k, v in self.tokens.items() if k not in OFF_BUDGET)
+        decoded = sum(v for (p, _, k), v in self.tokens.items() if p not in OFF_BUDGET and k == "decoded")
+        draft = sum(v for (p, _, k), v in self.tokens.items() if p not in OFF_BUDGET and k == "draft")
+        return decoded + int(round(self.draft_cost * draft))
 
     def budget_rollouts(self) -> int:
-        return sum(v for k, v in self.rollouts.items() if k not in OFF_BUDGET)
+        return sum(v for (p, _), v in self.rollouts.items() if p not in OFF_BUDGET)
+
+    def legacy_tokens(self) -> dict[str, int]:
+        """Tokens by LEGACY_PURPOSES (the metrics' tokens_<purpose> fields)."""
+        return self._legacy(self.count)
+
+    def legacy_rollouts(self) -> dict[str, int]:
+        return self._legacy(self.count_rollouts)
 
     @staticmethod
-    def _check(purpose: str) -> None:
-        if purpose not in PURPOSES:
-            raise ValueError(f"unknown rollout purpose {purpose!r}; expected one of {PURPOSES}")
+    def _legacy(count) -> dict[str, int]:
+        out = {p: count(p, None) for p in LEGACY_PURPOSES if p != "discarded"}
+        out["discarded"] = count("train", "discarded")
+        out["train"] -= out["discarded"]
+        return {p: out[p] for p in LEGACY_PURPOSES}
 
+    def breakdown(self) -> dict[str, int]:
+        """Every non-zero (purpose, fate, kind) count, as flat metric names tok/<purpose>/<fate>/<kind>."""
+        return {f"tok/{p}/{f}/{k}": v for (p, f, k), v in sorted(self.tokens.items()) if v}
+
+    # ---- persistence -----------------------------------------------------------------------
     def state_dict(self) -> dict:
-        return {"rollouts": dict(self.rollouts), "tokens": dict(self.tokens),
+        return {"tokens": [[*k, v] for k, v in self.tokens.items()],
+                "rollouts": [[*k, v] for k, v in self.rollouts.items()],
                 "prompt_tokens": self.prompt_tokens, "learner_tokens": self.learner_tokens,
+                "reused_tokens": self.reused_tokens, "draft_cost": self.draft_cost,
                 "seconds": dict(self.seconds)}
 
     def load_state_dict(self, s: dict) -> None:
-        self.rollouts = {p: int(s["rollouts"].get(p, 0)) for p in PURPOSES}
-        self.tokens = {p: int(s["tokens"].get(p, 0)) for p in PURPOSES}
+        if isinstance(s["tokens"], dict):  # a checkpoint from before fates: {purpose: count}
+            s = dict(s, tokens=_from_purposes(s["tokens"], True), rollouts=_from_purposes(s["rollouts"], False))
+        self.tokens = {(str(p), str(f), str(k)): int(v) for p, f, k, v in s["tokens"]}
+        self.rollouts = {(str(p), str(f)): int(v) for p, f, v in s["rollouts"]}
         self.prompt_tokens = int(s["prompt_tokens"])
         self.learner_tokens = int(s["learner_tokens"])
+        self.reused_tokens = int(s.get("reused_tokens", 0))
+        self.draft_cost = float(s.get("draft_cost", 1.0))
         self.seconds = {k: float(v) for k, v in s["seconds"].items()}
+
+
+def _from_purposes(counts: dict, with_kind: bool) -> list:
+    out = []
+    for p, v in counts.items():
+        purpose, fate = ("train", "discarded") if p == "discarded" else (p, "trained" if p == "train" else "scored")
+        out.append([purpose, fate, "decoded", v] if with_kind else [purpose, fate, v])
+    return out

@@ -5,9 +5,17 @@ Each entry carries a provenance tag, shown by `rollwise list`:
   CODE = rule read from the official code, ABS = from the paper's abstract, SEC = from a secondary
   summary, INF = inferred by rollwise (not paper-verified). Mixed methods give e.g. "CODE+INF".
 The tables are filled at import time and never mutated afterwards.
+
+A name of the form `module.path:Attr` loads a user's own component by import path (e.g.
+`--planner mypkg.sel:MyPlanner`, `--engine mypkg.eng:MyEngine`), so rollwise is extended without
+forking it. Module paths are resolved from the current directory first.
 """
 from __future__ import annotations
 
+import importlib
+import inspect
+import os
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -27,6 +35,8 @@ _TABLES: dict[str, dict[str, Entry]] = {k: {} for k in KINDS}
 
 
 def register(kind: str, name: str, provenance: str = "INF", summary: str = "") -> Callable:
+    """Register `obj` as `kind`/`name`. A registered class gets `name` and `provenance` as class
+    attributes, so a component states them once, here."""
     if kind not in _TABLES:
         raise ValueError(f"unknown registry kind {kind!r}; expected one of {KINDS}")
 
@@ -34,6 +44,8 @@ def register(kind: str, name: str, provenance: str = "INF", summary: str = "") -
         if name in _TABLES[kind]:
             raise ValueError(f"{kind} {name!r} registered twice")
         doc = summary or (obj.__doc__ or "").strip().splitlines()[0] if (summary or obj.__doc__) else ""
+        if isinstance(obj, type):
+            obj.name, obj.provenance = name, provenance
         _TABLES[kind][name] = Entry(kind, name, obj, provenance, doc)
         return obj
 
@@ -43,16 +55,62 @@ def register(kind: str, name: str, provenance: str = "INF", summary: str = "") -
 def _load_all() -> None:
     # Importing the packages runs their @register decorators.
     from rollwise import control, learn, tasks, generate  # noqa: F401
+    import rollwise.sim.engine  # noqa: F401  (the simulator's engine)
 
 
 def get(kind: str, name: str) -> Entry:
+    if kind not in _TABLES:
+        raise ValueError(f"unknown registry kind {kind!r}; expected one of {KINDS}")
+    if ":" in name:
+        return _import(kind, name)
     _load_all()
     table = _TABLES[kind]
     if name not in table:
-        raise KeyError(f"no {kind} named {name!r}; available: {', '.join(sorted(table)) or '(none)'}")
+        raise ValueError(f"no {kind} named {name!r}; available: {', '.join(sorted(table)) or '(none)'} "
+                       "(or give a 'module:Attr' import path)")
     return table[name]
+
+
+def _import(kind: str, spec: str) -> Entry:
+    module, _, attr = spec.partition(":")
+    if not module or not attr:
+        raise ValueError(f"{kind} {spec!r}: expected 'module:Attr'")
+    if os.getcwd() not in sys.path and "" not in sys.path:  # `python -m` and console scripts omit it
+        sys.path.insert(0, os.getcwd())
+    try:
+        obj = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"{kind} {spec!r}: cannot import it ({e})") from None
+    if isinstance(obj, type) and kind == "planner" and getattr(obj, "name", "component") == "component":
+        obj.name = attr  # a user component that names itself keeps its name
+    doc = (obj.__doc__ or "").strip().splitlines()
+    return Entry(kind, spec, obj, getattr(obj, "provenance", "USER"), doc[0] if doc else "")
 
 
 def entries(kind: str) -> list[Entry]:
     _load_all()
     return [_TABLES[kind][k] for k in sorted(_TABLES[kind])]
+
+
+def check_options(obj, options: dict, where: str, skip: int = 0, label: str | None = None) -> None:
+    """Every key of `options` must be a keyword parameter of `obj` (a class's constructor or a
+    function, ignoring its first `skip` positional parameters); otherwise an error names the key,
+    the component and what it takes."""
+    if not isinstance(options, dict):
+        raise ValueError(f"{where}: expected a mapping of options, got {type(options).__name__}")
+    if not options:
+        return
+    try:
+        params = list(inspect.signature(obj).parameters.values())
+    except (TypeError, ValueError):
+        return  # a builtin without a signature: nothing to check against
+    params = params[skip:]
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return
+    known = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    for key in options:
+        if key not in known:
+            label = label or getattr(obj, "name", None) or getattr(obj, "__name__", str(obj))
+            public = [k for k in known if not k.startswith("_")]
+            raise ValueError(f"{where}: unknown option {key!r} for {label}; it takes: "
+                             f"{', '.join(public) or '(no options)'}")

@@ -1,7 +1,16 @@
-"""The plain data that flows through a step: Prompt -> Rollout -> Group -> Batch.
+"""The plain data that flows through a step: Prompt -> Request -> Rollout -> Group -> Batch.
 
 Variable group sizes are normal: a Group is just the rollouts of one prompt in one step,
 however many the planner asked for (in however many stages).
+
+Every generated token carries three labels (the one counting scheme of the project, see Ledger):
+  purpose  why it was asked for: train, pilot, profile, oracle, eval   (Request.purpose)
+  fate     what became of its rollout: new (not charged: made by hand, or restored), open (charged,
+           until the step settles it), then trained, discarded (filtered or trimmed), scored (a
+           measurement: pilot/profile/oracle/eval not trained in its step); or aborted, pruned,
+           carried (a partial resumed later)
+  kind     how it was produced: decoded; draft (accepted from a draft, verified by a prefill);
+           shared (a tree prefix decoded once, used by several leaves)
 """
 from __future__ import annotations
 
@@ -10,9 +19,11 @@ from typing import Literal
 
 import torch
 
-Purpose = Literal["train", "pilot", "discarded", "eval", "profile", "oracle"]
-PURPOSES: tuple[str, ...] = ("train", "pilot", "discarded", "eval", "profile", "oracle")
-FinishReason = Literal["eos", "length", "aborted", "pruned"]
+PURPOSES: tuple[str, ...] = ("train", "pilot", "profile", "oracle", "eval")
+FATES: tuple[str, ...] = ("new", "open", "trained", "discarded", "scored", "aborted", "pruned", "carried")
+KINDS: tuple[str, ...] = ("decoded", "draft", "shared")
+Status = Literal["done", "partial", "aborted", "pruned"]
+FinishReason = Literal["eos", "length", "budget", "aborted", "pruned"]
 
 
 @dataclass(frozen=True)
@@ -25,23 +36,44 @@ class Prompt:
     level: int = -1  # difficulty knob of a procedural task; -1 when unknown
 
 
+@dataclass(frozen=True)
+class SamplingParams:
+    """Per-request sampling overrides; None = the engine's default. temperature 0 = greedy."""
+
+    temperature: float | None = None
+    top_p: float | None = None
+    max_tokens: int | None = None
+
+
+DEFAULT_SAMPLING = SamplingParams()  # frozen: one shared instance for every request without overrides
+
+
 @dataclass
 class Request:
-    """Ask the engine for `n` samples of `prompt`, charged to `purpose`."""
+    """Ask the engine for `n` samples of `prompt`, charged to `purpose`.
+
+    `prefix` continues a partial rollout (n must then be 1): the engine prefills prompt + prefix and
+    generates at most max_tokens - len(prefix) more. `id` is set by the driver when it submits."""
 
     prompt: Prompt
     n: int
     purpose: str = "train"
+    sampling: SamplingParams = DEFAULT_SAMPLING
+    prefix: "Rollout | None" = None
+    id: int = -1
 
 
 @dataclass
 class Rollout:
     """One sampled response.
 
-    token_ids_T / logprobs_T are the response tokens (prompt excluded) and the behaviour
-    policy's log-probabilities of them (mu, as the engine sampled them). `reward_parts` holds the
-    reward's components when the reward function returns several (the Scorer sets `reward` to their
-    weighted sum; multi-reward estimators such as GD2PO read the parts); None for a scalar reward.
+    token_ids_T / logprobs_T are the response tokens (prompt excluded) and the behaviour policy's
+    log-probabilities of them (mu, log softmax(logits / temperature) of the sampled token).
+    `versions_T` is the policy version that produced each token (None: all `policy_version`, the
+    version at the start of generation); a resumed partial mixes versions. `entropy_T` is the
+    per-token entropy of the sampling distribution and `entropy` its mean (kept as the engine
+    accumulated it, so that it is the same float in every run). `reward_parts` holds the reward's
+    components when the reward function returns several; None for a scalar reward.
     """
 
     prompt_id: int
@@ -52,19 +84,34 @@ class Rollout:
     finish_reason: str
     policy_version: int
     purpose: str = "train"
-    entropy: float = 0.0  # mean per-token entropy of the sampling distribution
+    entropy: float = 0.0
     reward: float = 0.0
     correct: bool = False
     reward_parts: tuple[float, ...] | None = None
+    status: str = "done"
+    fate: str = "new"
+    temperature: float = 1.0  # the sampling temperature (the learner scores at the same one)
+    entropy_T: torch.Tensor | None = None
+    versions_T: torch.Tensor | None = None
+    meta: dict = field(default_factory=dict)
 
     @property
     def num_tokens(self) -> int:
         return int(self.token_ids_T.numel())
 
+    @property
+    def oldest_version(self) -> int:
+        return int(self.versions_T.min()) if self.versions_T is not None and self.versions_T.numel() else self.policy_version
+
+    def tokens_by_kind(self) -> dict[str, int]:
+        """Tokens by how they were produced (all decoded unless an engine says otherwise in meta)."""
+        kinds = self.meta.get("tokens_by_kind")
+        return dict(kinds) if kinds else {"decoded": self.num_tokens}
+
     def to_state(self) -> dict:
         """Plain python/numpy values, for planners that keep rollouts in their state_dict."""
         return {f.name: (v.detach().cpu().numpy().copy() if isinstance(v, torch.Tensor)
-                         else list(v) if isinstance(v, list) else v)
+                         else list(v) if isinstance(v, list) else dict(v) if isinstance(v, dict) else v)
                 for f in fields(self) for v in [getattr(self, f.name)]}
 
     @classmethod
@@ -73,18 +120,68 @@ class Rollout:
         kw = {k: v for k, v in d.items() if k in names}
         kw["token_ids_T"] = torch.as_tensor(kw["token_ids_T"], dtype=torch.long).clone()
         kw["logprobs_T"] = torch.as_tensor(kw["logprobs_T"], dtype=torch.float32).clone()
+        for k, dt in (("entropy_T", torch.float32), ("versions_T", torch.long)):
+            if kw.get(k) is not None:
+                kw[k] = torch.as_tensor(kw[k], dtype=dt).clone()
         kw["prompt_ids"] = [int(t) for t in kw["prompt_ids"]]
         if kw.get("reward_parts") is not None:
             kw["reward_parts"] = tuple(float(x) for x in kw["reward_parts"])
+        if kw.get("purpose") == "discarded":  # checkpoints from before fates: a filtered train rollout
+            kw["purpose"], kw["fate"] = "train", "discarded"
+        if kw.get("fate") in (None, "open"):  # restored outside its step: never charged again
+            kw["fate"] = "new"
         return cls(**kw)
+
+
+_NO_TOKENS = torch.empty(0, dtype=torch.long)
+_NO_LOGPROBS = torch.empty(0, dtype=torch.float32)
+
+
+@dataclass(slots=True, eq=False)
+class LightRollout:
+    """A rollout known only by its outcome and length: what a host trainer (TRL, verl) or the
+    simulator hands to the planners. Same field names as Rollout where planners and the ledger read
+    them; no tokens (`token_ids_T` is empty and `num_tokens` is a field)."""
+
+    prompt_id: int
+    num_tokens: int
+    correct: bool
+    reward: float
+    entropy: float = 0.0
+    purpose: str = "train"
+    finish_reason: str = "eos"
+    policy_version: int = 0
+    fate: str = "new"
+    status: str = "done"
+    prompt_ids: tuple = ()
+    text: str = ""
+    reward_parts: tuple | None = None
+    token_ids_T: torch.Tensor = field(default=_NO_TOKENS)
+    logprobs_T: torch.Tensor = field(default=_NO_LOGPROBS)
+
+    def tokens_by_kind(self) -> dict[str, int]:
+        return {"decoded": self.num_tokens}
 
 
 @dataclass
 class Group:
-    """All rollouts of one prompt in one step (any size, possibly grown over several stages)."""
+    """All rollouts of one prompt in one step (any size, possibly grown over several stages).
+    `meta` carries what a planner attaches for the learner (e.g. PVPO's reference pass rate)."""
 
     prompt: Prompt
-    rollouts: list[Rollout] = field(default_factory=list)
+    rollouts: list = field(default_factory=list)
+    meta: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_outcomes(cls, prompt: Prompt, rewards, lengths=None, correct=None) -> "Group":
+        """A light group from per-sample rewards (and lengths, correctness): the per-group summary a
+        host trainer has. Correct defaults to reward >= 1, as for scalar rewards in the Scorer."""
+        rewards = [float(r) for r in rewards]
+        lengths = [0] * len(rewards) if lengths is None else [int(x) for x in lengths]
+        correct = [r >= 1.0 for r in rewards] if correct is None else [bool(c) for c in correct]
+        if not len(rewards) == len(lengths) == len(correct):
+            raise ValueError("Group.from_outcomes: rewards, lengths and correct differ in length")
+        return cls(prompt, [LightRollout(prompt.id, L, c, r) for r, L, c in zip(rewards, lengths, correct)])
 
     @property
     def n(self) -> int:
@@ -120,6 +217,40 @@ class Group:
     def mean_entropy(self) -> float:
         return sum(r.entropy for r in self.rollouts) / self.n if self.n else 0.0
 
+    def extend(self, other: "Group") -> None:
+        """Add a later stage's rollouts of the same prompt (the simulator's groups merge by counts)."""
+        self.rollouts.extend(other.rollouts)
+
+    def versions(self) -> dict[int, int]:
+        """{oldest policy version among a rollout's tokens: number of rollouts} (staleness)."""
+        out: dict[int, int] = {}
+        for r in self.rollouts:
+            v = r.oldest_version if hasattr(r, "oldest_version") else r.policy_version
+            out[v] = out.get(v, 0) + 1
+        return out
+
+    # ---- what the Ledger uses (the simulator's count-level groups answer without rollouts) -------
+    def move(self, frm: str, to, acc: dict) -> None:
+        """Set a new fate on this group's rollouts of fate `frm`: `to` is a fate, or {purpose: fate}
+        (purposes not in it stay). What moved is added to acc[(purpose, kind, fate)] = [rollouts,
+        tokens]: a rollout counts once, under the kind of its first token-kind entry."""
+        for r in self.rollouts:
+            if r.fate != frm:
+                continue
+            fate = to if type(to) is str else to.get(r.purpose)
+            if fate is None:
+                continue
+            r.fate = fate
+            first = 1
+            for kind, tok in r.tokens_by_kind().items():
+                c = acc.get((r.purpose, kind, fate))
+                if c is None:
+                    acc[(r.purpose, kind, fate)] = [first, tok]
+                else:
+                    c[0] += first
+                    c[1] += tok
+                first = 0
+
 
 @dataclass
 class Batch:
@@ -129,7 +260,7 @@ class Batch:
     step: int = 0
 
     @property
-    def rollouts(self) -> list[Rollout]:
+    def rollouts(self) -> list:
         return [r for g in self.groups for r in g.rollouts]
 
     def __len__(self) -> int:

@@ -1,11 +1,17 @@
 """The built-in torch engine: batched sampling with a KV cache, any mix of n per prompt in one call.
 
 Each distinct prompt is prefilled once and its KV cache repeated for its n samples. Finished rows
-(EOS or the length limit) leave the running batch at once, so a long-tail of lengths costs only the
+(EOS or their length limit) leave the running batch at once, so a long tail of lengths costs only the
 long rows, not the whole batch (`transformers`' generate keeps every row to the end).
-Returns per-token behaviour log-probs log softmax(logits / T) of the sampled tokens and the mean
-per-token entropy of that distribution. Top-p only narrows what is sampled; the log-probs are of the
-temperature-scaled distribution, the one the learner recomputes.
+
+Returns per-token behaviour log-probs log softmax(logits / T) of the sampled tokens and the per-token
+entropy of that distribution. Top-p only narrows what is sampled; the log-probs are of the
+temperature-scaled distribution, the one the learner recomputes (RL runs use top-p = 1 by default).
+
+Generation is a resumable `DecodeState`: `poll(max_steps)` advances it token by token, so a caller can
+act between tokens (abort a request and get its partial rollout back). Submitted requests are decoded
+in chunks of at most `max_rows` rows (whole requests), one chunk after the other, in submission order;
+the random stream is therefore the same however often the caller polls.
 """
 from __future__ import annotations
 
@@ -13,117 +19,288 @@ import torch
 import torch.nn.functional as F
 
 from ..core.registry import register
-from ..core.types import Request, Rollout
+from ..core.types import Group, Request, Rollout
+from .engine import Finished, Progress
 
 
 @register("engine", "torch", provenance="INF", summary="built-in KV-cache sampler; finished rows leave the batch")
 class TorchEngine:
     def __init__(self, policy, temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 16,
                  seed: int = 0, max_rows: int = 1024):
-        if temperature < 0 or not 0 < top_p <= 1 or max_new_tokens < 1:
+        if not temperature >= 0 or not 0 < top_p <= 1 or max_new_tokens < 1:
             raise ValueError("engine: need temperature >= 0, 0 < top_p <= 1, max_new_tokens >= 1")
         self.policy, self.temperature, self.top_p = policy, temperature, top_p
         self.max_new_tokens, self.max_rows = max_new_tokens, max_rows
         self.gen = torch.Generator().manual_seed(seed)
+        self.version = policy.version
+        self._queue: list[Request] = []
+        self._state: DecodeState | None = None
+
+    @classmethod
+    def for_policy(cls, policy, **kwargs) -> "TorchEngine":
+        return cls(policy, **kwargs)
+
+    def state_dict(self) -> dict:
+        return {"gen": self.gen.get_state()}
+
+    def load_state_dict(self, s: dict) -> None:
+        self.gen.set_state(s["gen"])
+
+    # ---- the Engine protocol ---------------------------------------------------------------
+    def submit(self, requests: list[Request]) -> None:
+        for r in requests:
+            if r.n < 0 or (r.prefix is not None and r.n != 1):
+                raise ValueError(f"request {r.id}: n must be >= 0 (and 1 with a prefix), got {r.n}")
+        self._queue.extend(requests)
+
+    @property
+    def pending(self) -> int:
+        return len(self._queue) + (len(self._state.requests) - len(self._state.reported) if self._state else 0)
+
+    def poll(self, max_steps: int | None = None) -> list:
+        events: list = []
+        steps = 0
+        while max_steps is None or steps < max_steps:
+            if self._state is None:
+                if not self._queue:
+                    break
+                self._state = DecodeState(self, self._next_chunk())
+            if not self._state.done:
+                self._state.step()
+                steps += 1
+            events += self._state.collect()
+            if self._state.done:
+                self._state = None
+        if self._state is not None:
+            events += self._state.progress()
+        return events
+
+    def abort(self, request_ids) -> list[Finished]:
+        ids = set(request_ids)
+        out = []
+        if self._state is not None:
+            out += self._state.abort(ids)
+            if self._state.done:
+                self._state = None
+        for r in [r for r in self._queue if r.id in ids]:  # never started: no tokens
+            self._queue.remove(r)
+            out.append(Finished(r, Group(r.prompt, []), 0))
+        return out
+
+    def update_weights(self, version: int, state_dict=None) -> None:
+        if state_dict is not None:  # the learner's policy is shared in memory unless weights are sent
+            self.policy.model.load_state_dict(state_dict)
+        self.version = int(version)
+
+    # ---- helpers -------------------------------------------------------------------------
+    def _next_chunk(self) -> list[Request]:
+        chunk, rows = [], 0
+        while self._queue and (not chunk or rows + self._queue[0].n <= self.max_rows):
+            r = self._queue.pop(0)
+            chunk.append(r)
+            rows += r.n
+        return chunk
+
+    def params(self, req: Request) -> tuple[float, float, int]:
+        s = req.sampling
+        t = self.temperature if s.temperature is None else float(s.temperature)
+        p = self.top_p if s.top_p is None else float(s.top_p)
+        m = self.max_new_tokens if s.max_tokens is None else int(s.max_tokens)
+        if not t >= 0 or not 0 < p <= 1 or m < 0:
+            raise ValueError(f"request {req.id}: need temperature >= 0, 0 < top_p <= 1, max_tokens >= 0")
+        return t, p, m
+
+
+class DecodeState:
+    """One chunk of requests being decoded: the KV cache, the running rows and their buffers.
+    `step()` samples one token for every running row; finished rows leave the batch."""
+
+    def __init__(self, engine: TorchEngine, requests: list[Request]):
+        self.engine, self.requests, self.reported = engine, requests, set()
+        pol = self.pol = engine.policy
+        self.prompt_ids = [pol.encode(r.prompt.text) for r in requests]
+        prefixes = [r.prefix.token_ids_T.tolist() if r.prefix is not None else [] for r in requests]
+        contexts = [p + q for p, q in zip(self.prompt_ids, prefixes)]
+        U = len(requests)
+        params = [engine.params(r) for r in requests]
+        ns = [r.n for r in requests]
+        row_src = torch.repeat_interleave(torch.arange(U), torch.tensor(ns, dtype=torch.long))
+        R = self.R = int(row_src.numel())
+        self.row_req = row_src
+        # per-row length limits: the request's max tokens (minus a resumed prefix), within the context
+        limit = []
+        for ctx_ids, pre, (_, _, m), n in zip(contexts, prefixes, params, ns):
+            room = pol.max_positions - len(ctx_ids)
+            if room < 1 and n > 0 and m - len(pre) > 0:
+                raise ValueError(f"prompt of {len(ctx_ids)} tokens leaves no room to generate "
+                                 f"(model context {pol.max_positions})")
+            limit += [max(0, min(m - len(pre), room))] * n
+        self.limit = torch.tensor(limit, dtype=torch.long)
+        temps = [params[u][0] for u in row_src.tolist()]
+        tops = [params[u][1] for u in row_src.tolist()]
+        # one temperature and top-p for the whole chunk (the usual case) keeps the scalar arithmetic
+        self.t_scalar = temps[0] if temps and all(t == temps[0] for t in temps) else None
+        self.p_scalar = tops[0] if tops and all(p == tops[0] for p in tops) else None
+        self.temp_R = torch.tensor(temps, dtype=torch.float32)
+        self.top_R = torch.tensor(tops, dtype=torch.float32)
+        max_new = int(self.limit.max()) if R else 0
+        self.tok_buf = torch.full((R, max(max_new, 1)), pol.pad_id, dtype=torch.long)
+        self.lp_buf = torch.zeros((R, max(max_new, 1)))
+        self.ent_buf = torch.zeros((R, max(max_new, 1)))
+        self.ent_sum = torch.zeros(R)
+        self.length = torch.zeros(R, dtype=torch.long)
+        self.hit_eos = torch.zeros(R, dtype=torch.bool)
+        self.finished = self.limit == 0  # rows with nothing to generate are done at once
+        self.aborted = torch.zeros(R, dtype=torch.bool)
+        self.version = engine.version
+        self.t = 0
+        self.active = torch.arange(R)[~self.finished]
+        if len(self.active) == 0:
+            return
+        # prefill every distinct context once (left padding: every context ends at column Lp - 1)
+        Lp = max(len(c) for c in contexts)
+        ids_UL = torch.full((U, Lp), pol.pad_id, dtype=torch.long)
+        mask_UL = torch.zeros((U, Lp), dtype=torch.long)
+        for i, c in enumerate(contexts):
+            ids_UL[i, Lp - len(c):] = torch.tensor(c)
+            mask_UL[i, Lp - len(c):] = 1
+        pos_UL = (mask_UL.cumsum(1) - 1).clamp(min=0)
+        with torch.no_grad():
+            logits, cache = pol.forward(ids_UL, mask_UL, pos_UL, None)
+        src = row_src[self.active]
+        self.cache = pol.select_cache(cache, src)
+        self.last_logits = logits[src, -1]
+        self.key_mask = mask_UL[src]
+        self.pos = pos_UL[src, -1] + 1
+        self.prompt_tokens = [len(c) for c in contexts]
+
+    @property
+    def done(self) -> bool:
+        return len(self.active) == 0
 
     @torch.no_grad()
-    def generate(self, requests: list[Request], greedy: bool = False) -> tuple[list[list[Rollout]], int]:
-        """-> (rollouts per request, prompt tokens prefilled). Requests are split into chunks of at
-        most `max_rows` rows (whole requests) to bound memory."""
-        out: list[list[Rollout]] = []
-        prefilled = 0
-        chunk: list[Request] = []
-        rows = 0
-        for req in requests + [None]:
-            if req is None or (chunk and rows + req.n > self.max_rows):
-                if chunk:
-                    res, pt = self._generate_chunk(chunk, greedy)
-                    out += res
-                    prefilled += pt
-                chunk, rows = [], 0
-            if req is not None:
-                chunk.append(req)
-                rows += req.n
-        return out, prefilled
+    def step(self) -> None:
+        """Sample one token for every running row; rows that hit EOS or their limit leave."""
+        act, pol = self.active, self.pol
+        tok, lp, ent = self._sample(self.last_logits, act)
+        t = self.t
+        self.tok_buf[act, t], self.lp_buf[act, t], self.ent_buf[act, t] = tok, lp, ent
+        self.ent_sum[act] += ent
+        self.length[act] += 1
+        eos = tok == pol.eos_id
+        self.hit_eos[act[eos]] = True
+        done = eos | (self.length[act] >= self.limit[act])
+        self.t += 1
+        if done.all():
+            self.finished[act] = True
+            self.active = act[:0]
+            return
+        if done.any():  # finished rows leave the running batch
+            self.finished[act[done]] = True
+            keep = (~done).nonzero().squeeze(-1)
+            act, tok = act[keep], tok[keep]
+            self.pos, self.key_mask = self.pos[keep], self.key_mask[keep]
+            self.cache = pol.select_cache(self.cache, keep)
+        self.active = act
+        self.key_mask = torch.cat([self.key_mask, torch.ones(len(act), 1, dtype=torch.long)], dim=1)
+        logits, self.cache = pol.forward(tok.unsqueeze(1), self.key_mask, self.pos.unsqueeze(1), self.cache)
+        self.last_logits = logits[:, -1]
+        self.pos = self.pos + 1
 
-    def _sample(self, logits_BV: torch.Tensor, greedy: bool):
+    def _sample(self, logits_BV: torch.Tensor, rows: torch.Tensor):
+        """Tokens, their log-probs and the entropies for the running `rows`. One temperature and top-p
+        for the whole chunk (the usual case) is computed with scalars, exactly as a plain sampler."""
         logits_BV = logits_BV.float()
-        t = 1.0 if greedy or self.temperature == 0 else self.temperature
-        logp_BV = F.log_softmax(logits_BV / t, dim=-1)
-        if greedy or self.temperature == 0:
-            tok_B = logits_BV.argmax(-1)
+        if self.t_scalar is not None:
+            greedy_B = torch.full((len(rows),), self.t_scalar == 0)
+            logp_BV = F.log_softmax(logits_BV / (1.0 if self.t_scalar == 0 else self.t_scalar), dim=-1)
         else:
-            probs = logp_BV.exp()
-            if self.top_p < 1.0:
+            t_B = self.temp_R[rows]
+            greedy_B = t_B == 0
+            logp_BV = F.log_softmax(logits_BV / torch.where(greedy_B, 1.0, t_B).unsqueeze(1), dim=-1)
+        samp = (~greedy_B).nonzero().squeeze(-1)
+        tok_B = logits_BV.argmax(-1) if len(samp) < len(rows) else None
+        if len(samp):
+            probs = logp_BV.exp() if tok_B is None else logp_BV[samp].exp()
+            if self.p_scalar is None:  # per-row top-p; rows at 1 keep their whole distribution
+                top_B = self.top_R[rows[samp]]
+                top = torch.where(top_B >= 1.0, float("inf"), top_B).unsqueeze(1)
+            else:
+                top = self.p_scalar if self.p_scalar < 1.0 else None
+            if top is not None:
                 sp, si = probs.sort(-1, descending=True)
-                drop = sp.cumsum(-1) - sp > self.top_p  # keep the smallest prefix with mass >= top_p
+                drop = sp.cumsum(-1) - sp > top  # keep the smallest prefix with mass >= top_p
                 sp = sp.masked_fill(drop, 0.0)
                 probs = torch.zeros_like(probs).scatter(-1, si, sp)
-            tok_B = torch.multinomial(probs, 1, generator=self.gen).squeeze(-1)
+            drawn = torch.multinomial(probs, 1, generator=self.engine.gen).squeeze(-1)
+            if tok_B is None:
+                tok_B = drawn
+            else:
+                tok_B[samp] = drawn
         lp_B = logp_BV.gather(-1, tok_B.unsqueeze(-1)).squeeze(-1)
         ent_B = -(logp_BV.exp() * logp_BV).sum(-1)
         return tok_B, lp_B, ent_B
 
-    def _generate_chunk(self, requests: list[Request], greedy: bool):
-        pol = self.policy
-        prompt_ids = [pol.encode(r.prompt.text) for r in requests]
-        U = len(requests)
-        Lp = max(len(p) for p in prompt_ids)
-        max_new = min(self.max_new_tokens, pol.max_positions - Lp)
-        if max_new < 1:
-            raise ValueError(f"prompt of {Lp} tokens leaves no room to generate (model context {pol.max_positions})")
-        ids_UL = torch.full((U, Lp), pol.pad_id, dtype=torch.long)
-        mask_UL = torch.zeros((U, Lp), dtype=torch.long)
-        for i, p in enumerate(prompt_ids):  # left padding: every prompt ends at column Lp - 1
-            ids_UL[i, Lp - len(p):] = torch.tensor(p)
-            mask_UL[i, Lp - len(p):] = 1
-        pos_UL = (mask_UL.cumsum(1) - 1).clamp(min=0)
-        logits, cache = pol.forward(ids_UL, mask_UL, pos_UL, None)
+    # ---- results -------------------------------------------------------------------------
+    def collect(self) -> list[Finished]:
+        """Finished events for requests whose rows are all finished and not yet reported."""
+        out = []
+        fin = self.finished.tolist()
+        start = 0
+        for u, req in enumerate(self.requests):
+            rows = range(start, start + req.n)
+            start += req.n
+            if u not in self.reported and all(fin[i] for i in rows):
+                self.reported.add(u)
+                out.append(Finished(req, Group(req.prompt, [self._rollout(u, i) for i in rows]),
+                                    self.prompt_tokens[u] if req.n else 0))
+        return out
 
-        row_src = torch.repeat_interleave(torch.arange(U), torch.tensor([r.n for r in requests]))
-        R = int(row_src.numel())
-        cache = pol.select_cache(cache, row_src)
-        last_logits = logits[row_src, -1]
-        key_mask = mask_UL[row_src]
-        pos = pos_UL[row_src, -1] + 1
-        active = torch.arange(R)  # which original rows are still running
-        tok_buf = torch.full((R, max_new), pol.pad_id, dtype=torch.long)
-        lp_buf = torch.zeros((R, max_new))
-        ent_sum = torch.zeros(R)
-        length = torch.zeros(R, dtype=torch.long)
-        hit_eos = torch.zeros(R, dtype=torch.bool)
-        for t in range(max_new):
-            tok, lp, ent = self._sample(last_logits, greedy)
-            tok_buf[active, t], lp_buf[active, t] = tok, lp
-            ent_sum[active] += ent
-            length[active] += 1
-            done = tok == pol.eos_id
-            hit_eos[active[done]] = True
-            if t == max_new - 1:
-                break
-            if done.any():  # finished rows leave the running batch
-                keep = (~done).nonzero().squeeze(-1)
-                if keep.numel() == 0:
-                    break
-                active, tok, pos, key_mask = active[keep], tok[keep], pos[keep], key_mask[keep]
-                cache = pol.select_cache(cache, keep)
-            key_mask = torch.cat([key_mask, torch.ones(len(active), 1, dtype=torch.long)], dim=1)
-            logits, cache = pol.forward(tok.unsqueeze(1), key_mask, pos.unsqueeze(1), cache)
-            last_logits = logits[:, -1]
-            pos = pos + 1
+    def progress(self) -> list[Progress]:
+        lengths = self.length.tolist()
+        out, start = [], 0
+        for u, req in enumerate(self.requests):
+            if u not in self.reported:
+                out.append(Progress(req, lengths[start:start + req.n]))
+            start += req.n
+        return out
 
-        results: list[list[Rollout]] = []
-        row = 0
-        for req, p_ids in zip(requests, prompt_ids):
-            group = []
-            for _ in range(req.n):
-                k = int(length[row])
-                toks = tok_buf[row, :k].clone()
-                group.append(Rollout(
-                    prompt_id=req.prompt.id, prompt_ids=p_ids, token_ids_T=toks,
-                    logprobs_T=lp_buf[row, :k].clone(), text=pol.decode(toks.tolist()),
-                    finish_reason="eos" if hit_eos[row] else "length", policy_version=pol.version,
-                    purpose=req.purpose, entropy=float(ent_sum[row] / max(k, 1))))
-                row += 1
-            results.append(group)
-        return results, sum(len(p) for p in prompt_ids)
+    def abort(self, ids: set[int]) -> list[Finished]:
+        """Stop the unfinished rows of these requests; their tokens so far come back as partials."""
+        fin = self.finished.tolist()
+        rows = [i for i in range(self.R) if not fin[i] and self.requests[int(self.row_req[i])].id in ids]
+        if rows:
+            rows_t = torch.tensor(rows, dtype=torch.long)
+            self.aborted[rows_t] = True
+            self.finished[rows_t] = True
+            keep = (~self.aborted[self.active]).nonzero().squeeze(-1)
+            self.active = self.active[keep]
+            if len(keep):
+                self.pos, self.key_mask = self.pos[keep], self.key_mask[keep]
+                self.cache = self.pol.select_cache(self.cache, keep)
+                self.last_logits = self.last_logits[keep]
+        return [e for e in self.collect() if e.request.id in ids]
+
+    def _rollout(self, u: int, row: int) -> Rollout:
+        req, k = self.requests[u], int(self.length[row])
+        toks, lps, ents = self.tok_buf[row, :k].clone(), self.lp_buf[row, :k].clone(), self.ent_buf[row, :k].clone()
+        ent_mean = float(self.ent_sum[row] / max(k, 1))
+        versions = None
+        pre = req.prefix
+        if self.aborted[row]:
+            reason, status = "aborted", "aborted"
+        else:
+            reason, status = ("eos" if self.hit_eos[row] else "length"), "done"
+        if pre is not None:  # a resumed partial: the prefix's tokens come first, with their versions
+            pv = pre.versions_T if pre.versions_T is not None else torch.full((pre.num_tokens,), pre.policy_version)
+            versions = torch.cat([pv, torch.full((k,), self.version)])
+            pe = pre.entropy_T if pre.entropy_T is not None else torch.full((pre.num_tokens,), pre.entropy)
+            toks, lps, ents = torch.cat([pre.token_ids_T, toks]), torch.cat([pre.logprobs_T, lps]), torch.cat([pe, ents])
+            ent_mean = float(ents.mean()) if len(ents) else 0.0
+        t = self.engine.params(req)[0]
+        return Rollout(
+            prompt_id=req.prompt.id, prompt_ids=self.prompt_ids[u], token_ids_T=toks, logprobs_T=lps,
+            text=self.pol.decode(toks.tolist()), finish_reason=reason,
+            policy_version=pre.policy_version if pre is not None else self.version, purpose=req.purpose,
+            entropy=ent_mean, status=status, temperature=t if t > 0 else 1.0, entropy_T=ents,
+            versions_T=versions)

@@ -42,13 +42,14 @@ class AdvInput:
 
 
 def batch_input(batch: Batch) -> AdvInput:
-    """The AdvInput of a batch, with everything the batch itself holds. A rollout's per-token entropy
-    is its mean entropy (the engine keeps only the mean). ref_pass_rate_G is set when a planner
-    measured a reference pass rate for every group (`Group.ref_pass_rate`, PVPO's anchor);
+    """The AdvInput of a batch, with everything the batch itself holds: per-token entropies of the
+    sampling distribution as the engine recorded them (a rollout without them, e.g. one restored from
+    an old checkpoint, repeats its mean). ref_pass_rate_G is set when a planner measured a reference
+    pass rate for the groups (`Group.meta["ref_pass_rate"]`, PVPO's anchor);
     reward_parts_NK when every rollout carries reward components (`Rollout.reward_parts`)."""
     rollouts = batch.rollouts
     pad = lambda xs: torch.nn.utils.rnn.pad_sequence([x.float() for x in xs], batch_first=True)  # noqa: E731
-    ref_G = torch.tensor([float(getattr(g, "ref_pass_rate", float("nan"))) for g in batch.groups])
+    ref_G = torch.tensor([float(g.meta.get("ref_pass_rate", float("nan"))) for g in batch.groups])
     parts = [r.reward_parts for r in rollouts]
     if parts and all(p is not None for p in parts):
         if len({len(p) for p in parts}) > 1:
@@ -61,7 +62,8 @@ def batch_input(batch: Batch) -> AdvInput:
         group_N=torch.tensor([gi for gi, g in enumerate(batch.groups) for _ in g.rollouts], dtype=torch.long),
         mask_NT=pad([torch.ones(r.num_tokens) for r in rollouts]),
         token_ids_NT=pad([r.token_ids_T for r in rollouts]).long(),
-        entropy_NT=pad([torch.full((r.num_tokens,), r.entropy) for r in rollouts]),
+        entropy_NT=pad([r.entropy_T if getattr(r, "entropy_T", None) is not None
+                        else torch.full((r.num_tokens,), r.entropy) for r in rollouts]),
         ref_pass_rate_G=None if ref_G.isnan().all() else ref_G,
         reward_parts_NK=parts_NK)
 

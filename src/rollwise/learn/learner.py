@@ -40,7 +40,6 @@ class LearnerConfig:
     kl_coef: float = 0.0  # KL(pi_theta || pi_ref) penalty (k3 estimator); needs a reference policy
     drop_zero_adv: bool = True  # rows whose advantage is 0 everywhere carry no gradient: skip them
     recompute_old: bool = True  # pi_old from a fresh forward (else: use the behaviour log-probs mu)
-    temperature: float = 1.0  # must match the engine's sampling temperature
 
 
 class Learner:
@@ -100,6 +99,7 @@ class Learner:
             return stats | {"updated": 0}
         prompts = [r.prompt_ids for r in rollouts]
         responses = [r.token_ids_T.tolist() for r in rollouts]
+        self._temps = [float(r.temperature) for r in rollouts]  # score each row as it was sampled
         behav_NT, mask_NT = _pad([r.logprobs_T for r in rollouts]), _pad([torch.ones(r.num_tokens) for r in rollouts])
         adv_NT = (adv.unsqueeze(1) if adv.dim() == 1 else adv).expand_as(mask_NT) * mask_NT
         stats["mean_abs_adv"] = float(adv_NT.abs().sum(1).div(mask_NT.sum(1).clamp(min=1)).mean())
@@ -158,15 +158,24 @@ class Learner:
         idx = idx.tolist()
         if with_grad:
             lp, ent, _ = policy.response_logprobs([prompts[i] for i in idx], [responses[i] for i in idx],
-                                                  self.cfg.temperature)
+                                                  self._temperature(idx))
             return lp, ent
         outs, T = [], max(len(responses[i]) for i in idx)
         for s in range(0, len(idx), self.cfg.micro_batch_rows):
             part = idx[s: s + self.cfg.micro_batch_rows]
             lp, _, _ = policy.response_logprobs([prompts[i] for i in part], [responses[i] for i in part],
-                                                self.cfg.temperature)
+                                                self._temperature(part))
             outs.append(torch.nn.functional.pad(lp, (0, T - lp.shape[1])))
         return torch.cat(outs), None
+
+    def _temperature(self, idx: list[int]):
+        """The rows' sampling temperature: one float when they share it (the usual case), else a list."""
+        ts = [self._temps[i] for i in idx]
+        return ts[0] if all(t == ts[0] for t in ts) else ts
+
+    @property
+    def version(self) -> int:
+        return self.policy.version
 
     def state_dict(self) -> dict:
         s = {"opt": self.opt.state_dict(), "gen": self.gen.get_state()}

@@ -115,14 +115,19 @@ class Policy:
         return (out.logits, out.hidden_states[-1]) if output_hidden else out.logits
 
     def response_logprobs(self, prompts: list[list[int]], responses: list[list[int]],
-                          temperature: float = 1.0):
-        """log pi(response token | prefix) and the per-token entropy, right-padded to [N, T].
+                          temperature: float | list[float] = 1.0):
+        """log pi(response token | prefix) and the per-token entropy, right-padded to [N, T], at the
+        sampling temperature (one for all rows, or one per row).
 
         Returns logp_NT (differentiable), entropy_NT (detached) and mask_NT (1 on response tokens).
         """
         seqs = [p + r for p, r in zip(prompts, responses)]
         ids, mask = self._right_padded(seqs)
-        logits = self.full_logits(ids, mask)[:, :-1].float() / max(temperature, 1e-6)
+        if isinstance(temperature, (list, tuple)):
+            temperature = torch.tensor(temperature, dtype=torch.float32).clamp(min=1e-6).view(-1, 1, 1)
+        else:
+            temperature = max(temperature, 1e-6)
+        logits = self.full_logits(ids, mask)[:, :-1].float() / temperature
         logp_all = F.log_softmax(logits, dim=-1)
         tok_logp = logp_all.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
         entropy = -(logp_all.exp() * logp_all).sum(-1).detach()

@@ -117,11 +117,13 @@ def base_report(policy: Policy, task: ArithmeticTask) -> dict:
     # Spread of per-prompt pass rates over the train pool (8 samples each): the share of prompts
     # whose GRPO group could be informative is what rollout efficiency works on.
     from ..core.types import Request
+    from ..generate.engine import run_sync
     from ..generate.torch_engine import TorchEngine
 
     pool = task.train_pool()
-    res, _ = TorchEngine(policy, seed=1).generate([Request(p, 8) for p in pool])
-    rates = np.array([sum(scorer.judge(r.text, p.answer).correct for r in g) / 8 for g, p in zip(res, pool)])
+    res = run_sync(TorchEngine(policy, seed=1), [Request(p, 8, id=i) for i, p in enumerate(pool)])
+    rates = np.array([sum(scorer.judge(r.text, p.answer).correct for r in e.group.rollouts) / 8
+                      for e, p in zip(res, pool)])
     out["pool_all_correct"] = float((rates == 1).mean())
     out["pool_all_wrong"] = float((rates == 0).mean())
     out["pool_mixed"] = float(((rates > 0) & (rates < 1)).mean())

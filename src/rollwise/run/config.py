@@ -28,6 +28,8 @@ class Config:
     temperature: float = 1.0
     top_p: float = 1.0
     max_new_tokens: int = 10
+    engine: str = "torch"  # a registered engine, or 'module:Class'
+    engine_options: dict = field(default_factory=dict)  # extra keyword arguments for the engine
     seed: int = 0
     budget_tokens: int = 0  # stop once this many generated tokens are spent (0 = no limit)
     eval_every: int = 10
@@ -76,4 +78,47 @@ def load_config(path: str | Path | None = None, overrides: dict | None = None) -
         for p in parts[:-1]:
             node = node.setdefault(p, {})
         node[parts[-1]] = value
-    return _build(Config, data, str(path) if path else "config")
+    cfg = _build(Config, data, str(path) if path else "config")
+    validate(cfg)
+    return cfg
+
+
+def validate(cfg: Config) -> None:
+    """Every component name resolves and every `*_options` key is a parameter of its component, checked
+    before any work is done: a typo is an error naming the key and the component, never a silent
+    default or a failure at the first step."""
+    import numpy as np
+
+    from ..control.base import build_planner
+    from ..core import registry
+
+    build_planner(cfg.planner, 1, np.random.default_rng(0), cfg.planner_options)  # names, options, values
+    registry.check_options(registry.get("task", cfg.task).obj, cfg.task_options, "task_options", label=cfg.task)
+    engine = registry.get("engine", cfg.engine).obj
+    if not hasattr(engine, "for_policy"):
+        raise ValueError(f"engine {cfg.engine!r} does not sample from a policy and cannot train one; "
+                         "it runs through `rollwise sim` and `rollwise bench --engine sim`")
+    registry.check_options(engine, cfg.engine_options, "engine_options", skip=1, label=cfg.engine)
+    L = cfg.learner
+    adv_opts = dict(L.advantage_options)
+    tracker = adv_opts.pop("tracker", None)
+    adv = registry.get("advantage", L.advantage).obj
+    registry.check_options(adv, adv_opts, "learner.advantage_options", skip=1, label=L.advantage)
+    if tracker is not None:
+        if getattr(adv, "tracker", None) is None:
+            raise ValueError(f"learner.advantage_options.tracker: advantage {L.advantage!r} keeps no state "
+                             "across batches")
+        registry.check_options(adv.tracker, tracker, "learner.advantage_options.tracker")
+    registry.check_options(registry.get("loss", L.loss).obj, L.loss_options, "learner.loss_options", skip=1,
+                           label=L.loss)
+    registry.check_options(registry.get("aggregation", L.loss_agg).obj, L.loss_agg_options,
+                           "learner.loss_agg_options", skip=3, label=L.loss_agg)
+    registry.check_options(registry.get("correction", L.correction).obj, L.correction_options,
+                           "learner.correction_options", skip=1, label=L.correction)
+    if L.recompose != "none":
+        rc = registry.get("recompose", L.recompose).obj
+        opts = {k: v for k, v in L.recompose_options.items() if k not in ("advantage", "advantage_options")}
+        registry.check_options(rc.__call__ if isinstance(rc, type) else rc, opts, "learner.recompose_options",
+                               skip=4 if isinstance(rc, type) else 3, label=L.recompose)
+    elif L.recompose_options:
+        raise ValueError("learner.recompose_options: set, but learner.recompose is 'none'")

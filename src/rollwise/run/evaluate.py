@@ -10,7 +10,8 @@ from math import comb
 import numpy as np
 
 from ..core.ledger import Ledger
-from ..core.types import Prompt, Request
+from ..core.types import Prompt, Request, SamplingParams
+from ..generate.engine import run_sync
 from ..generate.torch_engine import TorchEngine
 from ..tasks.reward import Scorer
 
@@ -26,13 +27,15 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 def evaluate(policy, prompts: list[Prompt], scorer: Scorer, ledger: Ledger | None = None,
              max_new_tokens: int = 16, k: int = 0, n_samples: int = 0, temperature: float = 1.0,
-             seed: int = 0) -> dict[str, float]:
+             seed: int = 0, make_engine=None) -> dict[str, float]:
+    """Greedy accuracy (and pass@k) through the Engine protocol. `make_engine(**kw)` builds the
+    run's engine kind over `policy` (default: the torch engine); pass@k gets its own seeded engine."""
+    make_engine = make_engine or (lambda **kw: TorchEngine(policy, **kw))
     out: dict[str, float] = {}
-    greedy = TorchEngine(policy, temperature=0.0, max_new_tokens=max_new_tokens)
-    res, pt = greedy.generate([Request(p, 1, "eval") for p in prompts], greedy=True)
-    correct = np.array([scorer.judge(g[0].text, p.answer).correct for g, p in zip(res, prompts)], float)
-    if ledger is not None:
-        ledger.charge([r for g in res for r in g], pt)
+    greedy = make_engine(temperature=0.0, max_new_tokens=max_new_tokens)
+    res = _run(greedy, [Request(p, 1, "eval", SamplingParams(temperature=0.0), id=i) for i, p in enumerate(prompts)],
+               ledger)
+    correct = np.array([scorer.judge(g.rollouts[0].text, p.answer).correct for g, p in zip(res, prompts)], float)
     out["eval_acc"] = float(correct.mean())
     out["eval_se"] = float(correct.std(ddof=1) / np.sqrt(len(correct))) if len(correct) > 1 else 0.0
     levels = np.array([p.level for p in prompts])
@@ -41,10 +44,18 @@ def evaluate(policy, prompts: list[Prompt], scorer: Scorer, ledger: Ledger | Non
             out[f"eval_acc_L{lv}"] = float(correct[levels == lv].mean())
     if k > 0:
         n_samples = max(n_samples, k)
-        sampler = TorchEngine(policy, temperature=temperature, max_new_tokens=max_new_tokens, seed=seed)
-        res, pt = sampler.generate([Request(p, n_samples, "eval") for p in prompts])
-        if ledger is not None:
-            ledger.charge([r for g in res for r in g], pt)
-        cs = [sum(scorer.judge(r.text, p.answer).correct for r in g) for g, p in zip(res, prompts)]
+        sampler = make_engine(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed)
+        res = _run(sampler, [Request(p, n_samples, "eval", id=i) for i, p in enumerate(prompts)], ledger)
+        cs = [sum(scorer.judge(r.text, p.answer).correct for r in g.rollouts) for g, p in zip(res, prompts)]
         out[f"eval_pass@{k}"] = float(np.mean([pass_at_k(n_samples, c, k) for c in cs]))
     return out
+
+
+def _run(engine, requests: list[Request], ledger: Ledger | None):
+    """Generate; charge as eval (off budget) and settle at once: eval rollouts are never trained."""
+    events = run_sync(engine, requests)
+    groups = [e.group for e in events]
+    if ledger is not None:
+        ledger.charge(groups, sum(e.prompt_tokens for e in events))
+        ledger.settle(groups, "open", "scored")
+    return groups

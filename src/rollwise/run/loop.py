@@ -16,13 +16,12 @@ from ..control.base import StepContext, build_planner
 from ..core import registry
 from ..core.history import PromptHistory
 from ..core.ledger import Ledger
-from ..core.types import Group, Request
-from ..generate.torch_engine import TorchEngine
 from ..learn.learner import Learner
 from ..policy.policy import Policy
 from ..policy.warmstart import base_checkpoint
 from ..tasks.reward import Scorer, load_reward_fn
 from .config import Config
+from .driver import StepDriver
 from .evaluate import evaluate
 
 CKPT = "checkpoint.pt"
@@ -40,9 +39,7 @@ class Trainer:
         model_path = cfg.model or base_checkpoint(self.task, cfg.warmstart, log=log)
         self.policy = Policy.load(model_path)
         ref = Policy.load(model_path) if cfg.learner.kl_coef > 0 else None
-        if cfg.learner.temperature != cfg.temperature:
-            cfg.learner.temperature = cfg.temperature  # the learner must score what the engine sampled
-        self.engine = TorchEngine(self.policy, cfg.temperature, cfg.top_p, cfg.max_new_tokens, seed=cfg.seed)
+        self.engine = build_trainer_engine(cfg, self.policy)
         self.learner = Learner(self.policy, cfg.learner, ref, seed=cfg.seed)
         self.history, self.ledger = PromptHistory(len(self.pool)), Ledger()
         self.rng = np.random.default_rng(cfg.seed)
@@ -51,41 +48,17 @@ class Trainer:
             self.scorer = Scorer(load_reward_fn(cfg.reward), trusted=False, timeout_s=cfg.reward_timeout_s)
         else:
             self.scorer = Scorer(self.task.verify)
+        self.driver = StepDriver(self.engine, self.ledger, self.history, self.scorer, self.policy)
         self.step = 0
 
-    # ---- Generate + Filter (scoring) ------------------------------------------------------
-    def sample(self, requests: list[Request]) -> list[Group]:
-        with self.ledger.timer("generate"):
-            rollouts, prompt_tokens = self.engine.generate(requests)
-        self.ledger.charge([r for rs in rollouts for r in rs], prompt_tokens)
-        groups = [Group(req.prompt, rs) for req, rs in zip(requests, rollouts)]
-        with self.ledger.timer("reward"):
-            self.scorer.score(groups)
-        return groups
-
-    # ---- one step (the whole pipeline on one screen) -----------------------------------------
+    # ---- one step: the driver runs Control, Generate, Filter, Replay and Learn ----------------
     def train_step(self) -> dict:
         ctx = StepContext(self.step, self.cfg.batch_size, self.cfg.n, self.pool, self.history,
-                          self.ledger, self.rng, self.policy, self.sample)
+                          self.ledger, self.rng, self.policy)
         tokens_before = self.ledger.budget_tokens()
-        requests = self.planner.start(ctx)                      # Control: prompts and n per prompt
-        while requests:
-            grown = []
-            for g in self.sample(requests):                     # Generate + score
-                if g.prompt.id in ctx.groups:                   # a later stage for the same prompt
-                    ctx.groups[g.prompt.id].rollouts += g.rollouts
-                else:
-                    ctx.groups[g.prompt.id] = g
-                grown.append(ctx.groups[g.prompt.id])
-            requests = self.planner.more(grown, ctx)            # Control: stages, refills
-        batch, rejected = self.planner.assemble(ctx)            # Filter + Replay
-        self.ledger.reclassify([r for g in rejected for r in g.rollouts if r.purpose == "train"], "discarded")
-        persist = self.history.zero_variance_persistence(ctx.groups.values())  # before they are recorded
-        self.history.record(ctx.groups.values(), self.step)
-        with self.ledger.timer("learn"):
-            stats = self.learner.update(batch)                  # advantages, loss, corrections
+        out = self.driver.run_step(self.planner, ctx, self.learner)
+        stats, batch = out.stats, out.batch
         self.ledger.learner_tokens += stats.pop("learner_tokens", 0)
-        self.planner.observe(batch, ctx)
         self.step += 1
         sizes = [g.n for g in batch.groups] or [0]
         generated = list(ctx.groups.values())
@@ -95,9 +68,11 @@ class Trainer:
                 "zero_var_frac_gen": sum(g.zero_variance for g in generated) / max(len(generated), 1),
                 "reward_mean": float(np.mean([r.reward for g in generated for r in g.rollouts] or [0])),
                 "group_min": min(sizes), "group_mean": float(np.mean(sizes)), "group_max": max(sizes),
-                **{f"tokens_{k}": v for k, v in self.ledger.tokens.items()},
-                **{f"rollouts_{k}": v for k, v in self.ledger.rollouts.items()},
-                **persist, **ctx.metrics, **stats, "reward_errors": self.scorer.errors}
+                **{f"tokens_{k}": v for k, v in self.ledger.legacy_tokens().items()},
+                **{f"rollouts_{k}": v for k, v in self.ledger.legacy_rollouts().items()},
+                "tokens_reused": self.ledger.reused_tokens, **self.ledger.breakdown(),
+                **out.staleness,
+                **out.persist, **ctx.metrics, **stats, "reward_errors": self.scorer.errors}
 
     # ---- the run ---------------------------------------------------------------------------
     def run(self) -> list[dict]:
@@ -134,7 +109,8 @@ class Trainer:
         with self.ledger.timer("eval"):
             return evaluate(self.policy, self.heldout, self.scorer, self.ledger, self.cfg.max_new_tokens,
                             self.cfg.eval_k, self.cfg.eval_samples, self.cfg.temperature,
-                            seed=self.cfg.seed * 1_000_003 + self.step)
+                            seed=self.cfg.seed * 1_000_003 + self.step,
+                            make_engine=lambda **kw: build_trainer_engine(self.cfg, self.policy, **kw))
 
     def _log_row(self, row: dict, path: Path) -> dict:
         with path.open("a") as f:
@@ -146,7 +122,7 @@ class Trainer:
         state = {
             "step": self.step, "policy_version": self.policy.version,
             "model": self.policy.model.state_dict(), "learner": self.learner.state_dict(),
-            "engine_rng": self.engine.gen.get_state(), "torch_rng": torch.get_rng_state(),
+            "engine": self.engine.state_dict(), "torch_rng": torch.get_rng_state(),
             "numpy_rng": self.rng.bit_generator.state, "python_rng": random.getstate(),
             "planner": self.planner.state_dict(), "history": self.history.state_dict(),
             "ledger": self.ledger.state_dict(), "scorer_errors": self.scorer.errors,
@@ -164,7 +140,8 @@ class Trainer:
         self.step, self.policy.version = s["step"], s["policy_version"]
         self.policy.model.load_state_dict(s["model"])
         self.learner.load_state_dict(s["learner"])
-        self.engine.gen.set_state(s["engine_rng"])
+        self.engine.load_state_dict(s["engine"] if "engine" in s else {"gen": s["engine_rng"]})
+        self.engine.update_weights(self.policy.version)
         torch.set_rng_state(s["torch_rng"])
         self.rng.bit_generator.state = s["numpy_rng"]
         random.setstate(s["python_rng"])
@@ -173,6 +150,16 @@ class Trainer:
         self.ledger.load_state_dict(s["ledger"])
         self.scorer.errors = s["scorer_errors"]
         return True
+
+
+def build_trainer_engine(cfg: Config, policy, **overrides):
+    """The engine named by cfg.engine (the registry, or 'module:Class'), over the run's policy. An
+    engine that samples something other than a policy (the simulator's) is refused with the reason."""
+    entry = registry.get("engine", cfg.engine)  # config.validate has checked it samples from a policy
+    kw = dict(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed,
+              **cfg.engine_options)
+    kw.update(overrides)
+    return entry.obj.for_policy(policy, **kw)
 
 
 def _read_metrics(path: Path, upto: int) -> list[dict]:

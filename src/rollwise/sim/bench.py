@@ -50,8 +50,8 @@ def budget_rows(sim: Simulator, budget_tokens: int, eval_every: int) -> list[dic
         if eval_every and (sim.step % eval_every == 0 or last):
             row["eval_acc"] = acc()
         row["wall_s"] = wall
-        row.update({f"tokens_{k}": v for k, v in sim.ledger.tokens.items()})
-        row.update({f"rollouts_{k}": v for k, v in sim.ledger.rollouts.items()})
+        row.update({f"tokens_{k}": v for k, v in sim.ledger.legacy_tokens().items()})
+        row.update({f"rollouts_{k}": v for k, v in sim.ledger.legacy_rollouts().items()})
         rows.append(row)
     return rows
 

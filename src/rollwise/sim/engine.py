@@ -4,57 +4,32 @@ Why not plain Rollout/Group objects: 512 prompts x 16 samples x 1000 steps is 8 
 a torch tensor per rollout (token_ids_T) alone costs microseconds, and most planners only read each
 group's n, number correct and tokens. So:
 
-  * `SimGroup` is a `Group` whose samples live in the numpy arrays of the engine call that made them
-    (one "segment" per call, several when a planner grows a group in stages). n, num_correct,
-    zero_variance, tokens, mean_length, mean_entropy, rewards are computed from counts. The
-    `rollouts` list is built only when something reads it (AR3PO, AERO, DEPO, E3, Pilot-Commit do),
-    as `SimRollout`s; from then on that list is the truth and the counts are derived from it, so a
-    planner that edits it (reuse, trimming) sees plain Group semantics.
-  * `SimRollout` is a slotted dataclass with Rollout's field names plus `num_tokens` as a field
-    (what the ledger and planners read). token_ids_T / logprobs_T are shared empty placeholders:
-    the simulator has no tokens. `dataclasses.replace` and `fields`-based state dicts work on it.
+  * `SimGroup` is a `Group` whose samples live in the numpy arrays of the engine round that made them
+    (one "segment" per round, several when a planner grows a group in stages). n, num_correct,
+    zero_variance, tokens, mean_length, mean_entropy, rewards and the ledger's moves are computed
+    from counts. The `rollouts` list is built only when something reads it (AR3PO, AERO, DEPO, E3,
+    Pilot-Commit do), as `LightRollout`s; from then on that list is the truth and the counts are
+    derived from it, so a planner that edits it (reuse, trimming) sees plain Group semantics.
   * `SimPool` is a read-only sequence of `Prompt`s made on demand (a list of 10^7 Prompt objects
     would cost gigabytes); Prompt.id indexes the population arrays and PromptHistory.
-  * `SimGroup.reclassify` moves a group's train rollouts to "discarded" by counts, exactly as
-    `Ledger.reclassify` would move the objects (same totals by purpose).
+  * `SimEngine` implements the Engine protocol (generate/engine.py) and never touches the ledger: the
+    step driver charges and settles SimGroups through the same `move` as any Group.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
-import torch
 
-from ..core.ledger import Ledger
-from ..core.types import Group, Prompt, Request
+from ..core.registry import register
+from ..core.types import Group, LightRollout, Prompt, Request
+from ..generate.engine import Finished
 from .population import Population
 from .timing import RoundTiming, TimingModel
 
-_EMPTY_LONG = torch.empty(0, dtype=torch.long)
-_EMPTY_FLOAT = torch.empty(0, dtype=torch.float32)
-
-
-@dataclass(slots=True, eq=False)
-class SimRollout:
-    """A simulated response: what planners and the ledger read, no tokens."""
-
-    prompt_id: int
-    num_tokens: int
-    correct: bool
-    reward: float
-    entropy: float
-    purpose: str = "train"
-    finish_reason: str = "eos"
-    policy_version: int = 0
-    prompt_ids: tuple = ()
-    text: str = ""
-    token_ids_T: torch.Tensor = field(default=_EMPTY_LONG)
-    logprobs_T: torch.Tensor = field(default=_EMPTY_FLOAT)
-
 
 class _Block:
-    """The per-sample arrays of one engine call (shared by the groups it made)."""
+    """The per-sample arrays of one engine round (shared by the groups it made)."""
 
     __slots__ = ("prompt_ids", "correct", "length", "entropy", "truncated", "version")
 
@@ -62,15 +37,19 @@ class _Block:
         self.prompt_ids, self.correct, self.length = prompt_ids, correct, length
         self.entropy, self.truncated, self.version = entropy, truncated, version
 
-    def rollouts(self, lo: int, hi: int, purpose: str) -> list[SimRollout]:
+    def rollouts(self, lo: int, hi: int, purpose: str, fate: str) -> list[LightRollout]:
         pid = self.prompt_ids[lo:hi].tolist()
         c = self.correct[lo:hi].tolist()
         ln = self.length[lo:hi].tolist()
         e = self.entropy[lo:hi].tolist()
         tr = self.truncated[lo:hi].tolist()
         v = self.version
-        return [SimRollout(p, L, ok, 1.0 if ok else 0.0, h, purpose, "length" if t else "eos", v)
+        return [LightRollout(p, L, ok, 1.0 if ok else 0.0, h, purpose, "length" if t else "eos", v, fate)
                 for p, L, ok, h, t in zip(pid, ln, c, e, tr)]
+
+
+# a segment: [block, lo, hi, purpose, tokens, fate]; fate is mutable (the driver settles it)
+_BLOCK, _LO, _HI, _PURPOSE, _TOKENS, _FATE = range(6)
 
 
 class SimGroup(Group):
@@ -79,18 +58,24 @@ class SimGroup(Group):
     def __init__(self, prompt: Prompt, block: _Block, lo: int, hi: int, purpose: str,
                  num_correct: int, tokens: int, entropy_sum: float):
         self.prompt = prompt
-        # segments: [block, lo, hi, purpose, tokens]; purpose is mutable (reclassify)
-        self._segs = [[block, lo, hi, purpose, tokens]]
+        self._meta = None
+        self._segs = [[block, lo, hi, purpose, tokens, "new"]]
         self._n, self._c, self._tok, self._ent = hi - lo, num_correct, tokens, entropy_sum
         self._list: list | None = None
+
+    @property
+    def meta(self) -> dict:  # made on first use: most simulated groups never carry any
+        if self._meta is None:
+            self._meta = {}
+        return self._meta
 
     # ---- rollouts: built on first read ---------------------------------------------------
     @property
     def rollouts(self) -> list:
         if self._list is None:
             out = []
-            for b, lo, hi, purpose, _ in self._segs:
-                out.extend(b.rollouts(lo, hi, purpose))
+            for b, lo, hi, purpose, _, fate in self._segs:
+                out.extend(b.rollouts(lo, hi, purpose, fate))
             self._list = out
             self._segs = []
         return self._list
@@ -135,32 +120,47 @@ class SimGroup(Group):
             return self._ent / self._n if self._n else 0.0
         return Group.mean_entropy.fget(self)
 
-    # ---- in-place growth and ledger moves ---------------------------------------------------
+    def versions(self) -> dict[int, int]:
+        if self._list is not None:
+            return Group.versions(self)
+        out: dict[int, int] = {}
+        for seg in self._segs:
+            v = seg[_BLOCK].version
+            out[v] = out.get(v, 0) + seg[_HI] - seg[_LO]
+        return out
+
+    # ---- what the ledger uses, by counts while not materialised -------------------------------
+    def move(self, frm: str, to, acc: dict) -> None:
+        if self._list is not None:
+            return Group.move(self, frm, to, acc)
+        for seg in self._segs:  # (hot: runs three times per group per step at 10^5-10^6 groups)
+            if seg[5] != frm:
+                continue
+            fate = to if type(to) is str else to.get(seg[3])
+            if fate is None:
+                continue
+            seg[5] = fate
+            key = (seg[3], "decoded", fate)
+            c = acc.get(key)
+            if c is None:
+                acc[key] = [seg[2] - seg[1], seg[4]]
+            else:
+                c[0] += seg[2] - seg[1]
+                c[1] += seg[4]
+
+    # ---- in-place growth ------------------------------------------------------------------
     def extend(self, other: "SimGroup") -> None:
-        """Add a later stage's samples (the loop's `group.rollouts += new.rollouts`)."""
+        """Add a later stage's samples (the loop's `group.rollouts += new.rollouts`). The segments move:
+        `other` is left empty, so nothing is counted twice."""
         if self._list is None and isinstance(other, SimGroup) and other._list is None:
             self._segs.extend(other._segs)
             self._n += other._n
             self._c += other._c
             self._tok += other._tok
             self._ent += other._ent
+            other._segs, other._n, other._c, other._tok, other._ent = [], 0, 0, 0, 0.0
         else:
             self.rollouts.extend(other.rollouts)
-
-    def reclassify(self, ledger: Ledger, frm: str, to: str) -> None:
-        """Ledger.reclassify of this group's `frm` rollouts to `to`, by counts when not materialised."""
-        if self._list is not None:
-            ledger.reclassify([r for r in self._list if r.purpose == frm], to)
-            return
-        ledger._check(to)
-        for seg in self._segs:
-            if seg[3] == frm:
-                k = seg[2] - seg[1]
-                ledger.rollouts[frm] -= k
-                ledger.tokens[frm] -= seg[4]
-                ledger.rollouts[to] += k
-                ledger.tokens[to] += seg[4]
-                seg[3] = to
 
     __eq__ = object.__eq__  # identity (planners compare groups by id); never materialise to compare
     __hash__ = object.__hash__
@@ -192,51 +192,64 @@ class SimPool(Sequence):
         return (Prompt(j, "", "") for j in range(self.num_prompts))
 
 
+@register("engine", "sim", provenance="INF",
+          summary="population simulator: counts and lengths from a calibrated model, simulated timing")
 class SimEngine:
-    """generate(requests) -> SimGroups; charges the ledger by purpose and times the round."""
+    """The Engine protocol over the population model: each poll is one generation round (all queued
+    requests), its samples drawn from the prompts' true success probabilities at the current policy
+    version, and its system time simulated (`rounds`). Runs through `rollwise sim` and
+    `rollwise bench --engine sim`; it has no tokens to train a model on."""
 
-    def __init__(self, pop: Population, ledger: Ledger, timing: TimingModel, rng: np.random.Generator):
-        self.pop, self.ledger, self.timing, self.rng = pop, ledger, timing, rng
-        self.step = 0  # policy version (set by the runner)
-        self.rounds: list[tuple[str, RoundTiming]] = []  # this step's rounds (purpose of the first request)
+    def __init__(self, pop: Population, timing: TimingModel, rng: np.random.Generator):
+        self.pop, self.timing, self.rng = pop, timing, rng
+        self.version = 0  # the simulated policy's version (its training step)
+        self.rounds: list[tuple[str, RoundTiming]] = []  # rounds since the caller last cleared it
         self.last_p: np.ndarray | None = None
+        self._queue: list[Request] = []
 
-    def generate(self, requests: list[Request]) -> list[SimGroup]:
-        R = len(requests)
-        if R == 0:
+    def submit(self, requests: list[Request]) -> None:
+        if any(r.n < 0 for r in requests):
+            raise ValueError("sim: a request asked for a negative number of samples")
+        self._queue.extend(requests)
+
+    @property
+    def pending(self) -> int:
+        return len(self._queue)
+
+    def poll(self, max_steps: int | None = None) -> list[Finished]:
+        requests, self._queue = self._queue, []
+        if not requests:
             return []
+        groups, prompt_tokens = self._round(requests)
+        return [Finished(r, g, int(pt)) for r, g, pt in zip(requests, groups, prompt_tokens)]
+
+    def abort(self, request_ids) -> list[Finished]:
+        ids = set(request_ids)  # rounds are atomic: only requests not yet polled can be stopped
+        out = [Finished(r, Group(r.prompt, []), 0) for r in self._queue if r.id in ids]
+        self._queue = [r for r in self._queue if r.id not in ids]
+        return out
+
+    def update_weights(self, version: int, state_dict=None) -> None:
+        self.version = int(version)
+
+    def _round(self, requests: list[Request]):
+        R = len(requests)
         ids = np.fromiter((r.prompt.id for r in requests), dtype=np.int64, count=R)
         ns = np.fromiter((r.n for r in requests), dtype=np.int64, count=R)
-        if (ns < 0).any():
-            raise ValueError("sim: a request asked for a negative number of samples")
         pop = self.pop
-        gidx, correct, length, ent, truncated, p = pop.draw(ids, ns, self.step, self.rng)
+        gidx, correct, length, ent, truncated, p = pop.draw(ids, ns, self.version, self.rng)
         self.last_p = p  # true success probability of each request's prompt (tests, diagnostics)
         c_g = np.bincount(gidx, weights=correct, minlength=R)
         tok_g = np.bincount(gidx, weights=length, minlength=R)
         ent_g = np.bincount(gidx, weights=ent, minlength=R)
-        block = _Block(ids[gidx], correct, length, ent, truncated, self.step)
+        block = _Block(ids[gidx], correct, length, ent, truncated, self.version)
         ends = np.cumsum(ns)
         starts = ends - ns
-        # ledger: exactly what Ledger.charge does per rollout, by purpose
-        purposes = [r.purpose for r in requests]
-        first = purposes[0]
         P = pop.prompt_len[ids]
-        if all(x == first for x in purposes):
-            Ledger._check(first)
-            self.ledger.rollouts[first] += int(ns.sum())
-            self.ledger.tokens[first] += int(length.sum())
-        else:
-            for pu, k, t in zip(purposes, ns.tolist(), tok_g.tolist()):
-                Ledger._check(pu)
-                self.ledger.rollouts[pu] += k
-                self.ledger.tokens[pu] += int(t)
-        self.ledger.prompt_tokens += int(P[ns > 0].sum())  # one prefill per request (shared prefix)
-        # timing of this round
         nz = np.maximum(ns, 1)
         t = self.timing.round(length, P[gidx].astype(np.float64), (P / nz)[gidx])
-        self.rounds.append((first, t))
-        groups = [SimGroup(rq.prompt, block, lo, hi, pu, int(c), int(tk), e)
-                  for rq, lo, hi, pu, c, tk, e in zip(requests, starts.tolist(), ends.tolist(), purposes,
-                                                      c_g.tolist(), tok_g.tolist(), ent_g.tolist())]
-        return groups
+        self.rounds.append((requests[0].purpose, t))
+        groups = [SimGroup(rq.prompt, block, lo, hi, rq.purpose, int(c), int(tk), e)
+                  for rq, lo, hi, c, tk, e in zip(requests, starts.tolist(), ends.tolist(),
+                                                  c_g.tolist(), tok_g.tolist(), ent_g.tolist())]
+        return groups, np.where(ns > 0, P, 0)  # one prefill per request (shared prefix)

@@ -1,13 +1,13 @@
 """Run real rollwise planners through the population simulator.
 
-`Simulator.train_step` is the training loop's step (run/loop.py) with the simulator in place of the
-engine, the scorer and the learner: the same Planner hooks in the same order (start, more until no
-requests, assemble, observe), the same ledger accounting (every rollout charged by purpose when
-generated, the train rollouts of rejected groups moved to "discarded", ctx.sample's rollouts charged
-under their own purpose), the same PromptHistory rows for every group generated this step. Only the
-learner differs: `Dynamics.update` on the trained groups' counts (see dynamics.py).
+`Simulator.train_step` runs the one step driver (run/driver.py) with the simulator's engine in place of
+the torch engine and `DynamicsLearner` (the population model's update on the trained groups' counts,
+see dynamics.py) in place of the learner: the same planner hooks in the same order, the same ledger
+charging and settling, the same PromptHistory rows. Groups stay count-level (SimGroup), so 1M prompts
+x 1,000 steps runs in seconds.
 
-Planners that need a real model are refused with a clear message (UNSUPPORTED).
+Planners that need a real model (`needs_policy`: HIVE's prompt entropy, DOTS' embeddings, CurES with
+sigma='grad') are refused with a clear message.
 """
 from __future__ import annotations
 
@@ -20,31 +20,41 @@ import numpy as np
 from ..control.base import StepContext, build_planner
 from ..core.history import PromptHistory
 from ..core.ledger import Ledger
-from ..core.types import Group, Request
+from ..core.types import Batch
+from ..run.driver import StepDriver
 from .dynamics import Dynamics, DynamicsConfig
-from .engine import SimEngine, SimGroup, SimPool
+from .engine import SimEngine, SimPool
 from .population import Population, PopulationConfig
 from .timing import TimingConfig, TimingModel
 
-# planner -> why the simulator cannot run it (it reads a real policy's internals)
-UNSUPPORTED = {
-    "hive": "needs ctx.policy.prompt_stats (prompt entropy from a forward pass of a real model)",
-    "dots": "needs ctx.policy.prompt_stats (prompt embeddings from a real model)",
-}
-
 
 def unsupported_reason(spec: str, options: dict | None = None) -> str | None:
-    options = options or {}
-    reasons = []
-    for name in (s.strip() for s in spec.split("+")):
-        if name in UNSUPPORTED:
-            reasons.append(f"{name}: {UNSUPPORTED[name]}")
-        elif name == "cures" and options.get("cures", {}).get("sigma") == "grad":
-            reasons.append("cures with sigma='grad': needs per-response gradients of a real model")
-    if not reasons:
-        return None
-    return ("the simulator cannot run " + "; ".join(reasons)
-            + f". Unsupported planners: {', '.join(sorted(UNSUPPORTED))} (and cures sigma='grad').")
+    """Why the simulator cannot run this planner (None if it can): it has no policy to read."""
+    planner = build_planner(spec, 1, np.random.default_rng(0), options)
+    try:
+        planner.require("the simulator", sampling=True, policy=False, refill=True)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+class DynamicsLearner:
+    """The simulator's learner: Dynamics.update on the trained groups' counts. `version` counts
+    updates, so the engine draws step s's samples at the policy of step s."""
+
+    def __init__(self, dynamics: Dynamics, batch_size: int, timing: TimingModel):
+        self.dynamics, self.batch_size, self.timing = dynamics, batch_size, timing
+        self.version = 0
+
+    def update(self, batch: Batch) -> dict:
+        k = len(batch.groups)
+        ids = np.fromiter((g.prompt.id for g in batch.groups), np.int64, k)
+        bn = np.fromiter((g.n for g in batch.groups), np.int64, k)
+        bc = np.fromiter((g.num_correct for g in batch.groups), np.int64, k)
+        learner_tokens = sum(g.tokens for g in batch.groups)
+        dyn = self.dynamics.update(self.version, ids, bn, bc, self.batch_size)
+        self.version += 1
+        return {"learner_tokens": learner_tokens, "informative_groups": dyn["informative_groups"]}
 
 
 @dataclass
@@ -85,68 +95,40 @@ class Simulator:
         self.rng = np.random.default_rng(plan_ss)  # the planner's stream (as the loop's self.rng)
         self.planner = build_planner(cfg.planner, cfg.prompts, self.rng, cfg.planner_options)
         self.timing = TimingModel(cfg.timing)
-        self.engine = SimEngine(self.pop, self.ledger, self.timing, np.random.default_rng(eng_ss))
+        self.engine = SimEngine(self.pop, self.timing, np.random.default_rng(eng_ss))
+        self.learner = DynamicsLearner(self.dynamics, cfg.batch, self.timing)
+        self.driver = StepDriver(self.engine, self.ledger, self.history, staleness=False)
         self.step = 0
         self.rows: list[dict] = []
         self.totals = {"gen_s": 0.0, "learn_s": 0.0, "groups": 0, "zero_var_groups": 0, "trained_groups": 0,
                        "informative_trained": 0, "rounds": 0, "util_x_s": 0.0}
         self.init_acc = self.pop.heldout_acc(cfg.greedy_eval)
 
-    # ---- the step (as run/loop.py's Trainer.train_step) ------------------------------------
-    def sample(self, requests: list[Request]) -> list[Group]:
-        return self.engine.generate(requests)
-
+    # ---- one step: the driver, with the simulator's engine and learner -------------------------
     def train_step(self) -> dict:
         cfg = self.cfg
-        self.engine.step = self.step
         self.engine.rounds = []
-        ctx = StepContext(self.step, cfg.batch, cfg.n, self.pool, self.history, self.ledger, self.rng,
-                          None, self.sample)
+        ctx = StepContext(self.step, cfg.batch, cfg.n, self.pool, self.history, self.ledger, self.rng)
         tokens_before = self.ledger.budget_tokens()
-        requests = self.planner.start(ctx)
-        while requests:
-            grown = []
-            for g in self.sample(requests):
-                pid = g.prompt.id
-                have = ctx.groups.get(pid)
-                if have is not None:  # a later stage for the same prompt
-                    if isinstance(have, SimGroup):
-                        have.extend(g)
-                    else:
-                        have.rollouts += g.rollouts
-                else:
-                    ctx.groups[pid] = have = g
-                grown.append(have)
-            requests = self.planner.more(grown, ctx)
-        batch, rejected = self.planner.assemble(ctx)
-        for g in rejected:
-            if isinstance(g, SimGroup):
-                g.reclassify(self.ledger, "train", "discarded")
-            else:
-                self.ledger.reclassify([r for r in g.rollouts if r.purpose == "train"], "discarded")
-        gen = [g for g in ctx.groups.values() if g.n > 0]
-        persist = self.history.zero_variance_persistence(gen)  # before they are recorded
-        self._record(gen)
-        ids = np.fromiter((g.prompt.id for g in batch.groups), np.int64, len(batch.groups))
-        bn = np.fromiter((g.n for g in batch.groups), np.int64, len(batch.groups))
-        bc = np.fromiter((g.num_correct for g in batch.groups), np.int64, len(batch.groups))
-        learner_tokens = sum(g.tokens for g in batch.groups)
+        out = self.driver.run_step(self.planner, ctx, self.learner)
+        batch = out.batch
+        learner_tokens = out.stats.get("learner_tokens", 0)
         self.ledger.learner_tokens += learner_tokens
-        dyn = self.dynamics.update(self.step, ids, bn, bc, cfg.batch)
-        self.planner.observe(batch, ctx)
+        gen = [g for g in ctx.groups.values() if g.n > 0]
         # simulated system time of the step
         gen_s = sum(t.seconds for _, t in self.engine.rounds)
         learn_s = self.timing.learn_seconds(learner_tokens)
         zv = sum(g.zero_variance for g in gen)
         batch_zv = sum(g.zero_variance for g in batch.groups)
         gen_n = sum(g.n for g in gen)
+        informative = out.stats.get("informative_groups", 0)
         tot = self.totals
         tot["gen_s"] += gen_s
         tot["learn_s"] += learn_s
         tot["groups"] += len(gen)
         tot["zero_var_groups"] += zv
         tot["trained_groups"] += len(batch.groups)
-        tot["informative_trained"] += dyn["informative_groups"]
+        tot["informative_trained"] += informative
         tot["rounds"] += len(self.engine.rounds)
         tot["util_x_s"] += sum(t.util * t.seconds for _, t in self.engine.rounds)
         self.step += 1
@@ -155,23 +137,9 @@ class Simulator:
                 "rollouts": self.ledger.budget_rollouts(), "prompts": len(gen),
                 "zero_var_frac_gen": zv / max(len(gen), 1), "trained_groups": len(batch.groups),
                 "batch_groups": len(batch.groups), "zero_var_frac": batch_zv / max(len(batch.groups), 1),
-                "reward_mean": sum(g.num_correct for g in gen) / max(gen_n, 1), **persist,
-                "informative_trained": dyn["informative_groups"], "rounds": len(self.engine.rounds),
+                "reward_mean": sum(g.num_correct for g in gen) / max(gen_n, 1), **out.persist,
+                "informative_trained": informative, "rounds": len(self.engine.rounds),
                 "sim_gen_s": gen_s, "sim_learn_s": learn_s, **ctx.metrics}
-
-    def _record(self, groups: list[Group]) -> None:
-        if not groups:
-            return
-        k = len(groups)
-        n = np.fromiter((g.n for g in groups), np.int32, k)
-        self.history.record_arrays(
-            self.step,
-            prompt=np.fromiter((g.prompt.id for g in groups), np.int64, k),
-            n=n,
-            correct=np.fromiter((g.num_correct for g in groups), np.int32, k),
-            mean_len=np.fromiter((g.tokens for g in groups), np.float64, k) / n,
-            mean_entropy=np.fromiter((g.mean_entropy for g in groups), np.float64, k),
-        )
 
     # ---- the run ---------------------------------------------------------------------------
     def run(self, steps: int | None = None, log=None) -> dict:
@@ -206,8 +174,8 @@ class Simulator:
             "pool_acc": self.pop.pool_acc(self.step),
             "tokens": led.budget_tokens(),
             "rollouts": led.budget_rollouts(),
-            "tokens_by_purpose": dict(led.tokens),
-            "rollouts_by_purpose": dict(led.rollouts),
+            "tokens_by_purpose": led.legacy_tokens(),
+            "rollouts_by_purpose": led.legacy_rollouts(),
             "prompt_tokens": led.prompt_tokens,
             "learner_tokens": led.learner_tokens,
             "zero_var_frac": tot["zero_var_groups"] / max(tot["groups"], 1),
