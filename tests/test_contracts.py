@@ -264,3 +264,30 @@ def test_trainer_and_simulator_run_the_same_step(tmp_path, small_policy, spec):
     assert a_rows == b_rows and a_tok == b_tok and a_roll == b_roll
     for k in a_log:
         np.testing.assert_array_equal(a_log[k], b_log[k])
+
+
+def test_a_planner_that_trims_a_group_in_place_is_stopped_clearly():
+    """Dropped rollouts must leave through a new Group (the driver then settles them as discarded);
+    trimming a generated group in place would hide their tokens, so the step stops with the reason."""
+    from rollwise.control.base import Component
+    from rollwise.core.types import Group
+
+    class TrimCopy(Component):
+        name = "trim-copy"
+
+        def finish(self, groups, ctx):
+            return [Group(g.prompt, g.rollouts[:1]) for g in groups]
+
+    class TrimInPlace(Component):
+        name = "trim-in-place"
+
+        def finish(self, groups, ctx):
+            for g in groups:
+                g.rollouts = g.rollouts[:1]
+            return groups
+
+    ctx, engine = context(), Engine(RATES)
+    run_step(Planner([TrimCopy()], N, ctx.rng), ctx, engine)
+    assert ctx.ledger.count_rollouts("train", "discarded") == 6 * 3 and ctx.ledger.count_rollouts(fate="trained") == 6
+    with pytest.raises(RuntimeError, match="dropped rollouts from a group in place"):
+        run_step(Planner([TrimInPlace()], N, ctx.rng), ctx, engine)

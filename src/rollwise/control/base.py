@@ -305,7 +305,9 @@ class Planner:
         drawn = 0
         while len(chosen) < need and drawn < len(ctx.pool):
             k = min((need - len(chosen)) * oversample, len(ctx.pool) - drawn)
-            cands = [ctx.pool[i] for i in self.sampler.next(k)]
+            ids = self.sampler.next(k)
+            take = getattr(ctx.pool, "take", None)  # a lazy pool (the simulator's) makes them in bulk
+            cands = take(ids) if take is not None else [ctx.pool[i] for i in ids]
             drawn += k
             for c in self.components:
                 cands = yield from self._run(c.select(cands, need - len(chosen), ctx))

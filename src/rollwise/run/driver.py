@@ -27,6 +27,9 @@ from ..core.types import Batch, Group, Request
 from ..generate.engine import run_sync
 
 
+NOT_TRAINED = {"train": "discarded", "pilot": "scored", "profile": "scored", "oracle": "scored", "eval": "scored"}
+
+
 @dataclass
 class StepOutcome:
     assembled: Assembled
@@ -106,8 +109,11 @@ class StepDriver:
         led = self.ledger
         trained_now = led.settle(batch.groups, "open", "trained")
         led.reused_tokens += sum(g.tokens for g in batch.groups) - trained_now
-        led.settle(self._generated, "open", {"train": "discarded", "pilot": "scored", "profile": "scored",
-                                             "oracle": "scored", "eval": "scored"})
+        in_batch = {id(g) for g in batch.groups}  # trained whole: nothing of theirs is left open
+        led.settle([g for g in self._generated if id(g) not in in_batch], "open", NOT_TRAINED)
+        if led.count_rollouts(fate="open"):
+            raise RuntimeError("a planner dropped rollouts from a group in place, so their tokens cannot be "
+                               "settled; return a new Group from finish() instead of editing one")
 
 
 def staleness(batch: Batch, version: int) -> dict:

@@ -191,6 +191,16 @@ class SimPool(Sequence):
     def __iter__(self):
         return (Prompt(j, "", "") for j in range(self.num_prompts))
 
+    def take(self, ids) -> list[Prompt]:
+        """Prompts of the sampler's ids (in range by construction): the planner's draw, ~3x faster than
+        indexing one by one, which matters at 10^5-10^6 draws per simulated second."""
+        new, out = object.__new__, []
+        for i in ids.tolist():
+            p = new(Prompt)
+            p.__dict__.update(id=i, text="", answer="", level=-1)  # what the frozen __init__ sets
+            out.append(p)
+        return out
+
 
 @register("engine", "sim", provenance="INF",
           summary="population simulator: counts and lengths from a calibrated model, simulated timing")
