@@ -47,6 +47,34 @@ def test_dr_grpo_and_rloo_hand():
     assert close(rloo(inp([1.0, 3.0], [0, 0])), [-2.0, 2.0])
 
 
+def test_all_equal_non_dyadic_groups_get_exactly_zero():
+    # 0.1, 0.7 and 1/3 are not exact in float32: the float32 mean of eight of them is off by an ulp,
+    # and (r - mean) / (std + 1e-6) turned that into |A| of 0.007, 0.056 and 0.029 (3.3: 0.19)
+    flat = [0.1, 0.7, 1 / 3, 3.3, 0.2 * 0.25 + 0.8 * 0.5]  # the last: a weighted sum of reward parts
+    rewards = [v for v in flat for _ in range(8)] + [1.0, 0.0, 0.0, 0.0]
+    groups = [g for g in range(len(flat)) for _ in range(8)] + [len(flat)] * 4
+    x = inp(rewards, groups)
+    n_flat = 8 * len(flat)
+    for name, options in [("grpo", {}), ("dr-grpo", {}), ("rloo", {}), ("gapo", {"find_method": "mean"}),
+                          ("gapo", {}), ("mc-grpo", {})]:
+        a = registry.get("advantage", name).obj(x, **options)
+        assert (a[:n_flat] == 0).all(), (name, options, a[:n_flat].abs().max())
+        assert (a[n_flat:] != 0).any(), name
+    # the informative group is unchanged: GRPO of [1, 0, 0, 0] is (.75, -.25 x3) / sqrt(.25)
+    assert close(grpo(x)[n_flat:], [1.5, -0.5, -0.5, -0.5])
+
+
+def test_grpo_in_float64_then_cast_is_the_rounded_exact_value():
+    # n = 62, one success: the float32 path was off by 6.6e-6; float64 statistics are within rounding
+    r = [1.0] + [0.0] * 61
+    mean = 1 / 62
+    var = ((1 - mean) ** 2 + 61 * mean ** 2) / 61  # unbiased
+    exact = [(x - mean) / (math.sqrt(var) + 1e-6) for x in r]
+    a = grpo(inp(r, [0] * 62))
+    assert a.dtype == torch.float32
+    assert torch.allclose(a.double(), torch.tensor(exact, dtype=torch.float64), rtol=0, atol=5e-7)
+
+
 # ---- MC-GRPO -----------------------------------------------------------------------------------
 
 def test_mc_grpo_hand_pivot_dropped_and_count_is_G():

@@ -166,3 +166,15 @@ def test_rorecomp_state_restores_equal_entries_and_grouping():
     assert key(o1) == key(o2) and torch.equal(o1.adv_N, o2.adv_N)
     # one output group per original group: g3's priority rows, then g1's and g2's waiting rows
     assert [g.prompt.id for g in o2.groups] == [7, 0, 4] and [g.n for g in o2.groups] == [2, 2, 2]
+
+
+# ---- zero-variance groups leave the update -----------------------------------------------------
+
+def test_all_equal_non_dyadic_groups_are_dropped_like_group_zero_variance():
+    b = Batch([group([0.1] * 8, pid=0), group([0.7] * 8, pid=1), group([1 / 3] * 8, pid=2), group([1, 0, 0, 0], pid=3)])
+    assert [g.zero_variance for g in b.groups] == [True, True, True, False]
+    lr = Learner(Pol(), LearnerConfig(minibatches=1))
+    adv = lr.advantages(b)
+    assert (adv[:24] == 0).all()
+    st = lr.update(b)
+    assert st["zero_var_frac"] == 0.75 and st["learn_rows"] == 4  # only the informative group trains
