@@ -107,9 +107,10 @@ def mis_token(ci: CorrectionInput, threshold: float = 2.0, threshold_low: float 
           summary="sequence MIS: drop whole sequences whose ratio prod_t pi_old/mu exceeds C")
 def mis_seq(ci: CorrectionInput, threshold: float = 2.0, threshold_low: float | None = None,
             geometric: bool = False):
-    """Sequence-level masked IS / rejection (same sources as `mis-token`). [CODE: verl rollout_rs=seq_sum_k1
-    (geometric: seq_mean_k1); spec C6] Reject a sequence when prod_t rho_t > C (or < threshold_low when given; verl's k1 spec
-    "C" also rejects below 1/C: pass threshold_low=1/C for that).
+    """Sequence-level masked IS / rejection (same sources as `mis-token`).
+    [CODE: verl rollout_rs=seq_sum_k1 (geometric: seq_mean_k1); spec C6]
+    Reject a sequence when prod_t rho_t > C (or < threshold_low when given; verl's k1 spec "C" also
+    rejects below 1/C: pass threshold_low=1/C for that).
     geometric=True is Geo-RS: test exp(mean_t log rho_t) instead, which is length-invariant; use it with
     thresholds close to 1 (e.g. 0.999-1.001). As in verl's rejection, each token's log-ratio is clamped
     to [-20, 20] before the sum (unlike `tis-seq`, where verl clamps the sum). Denominators: see
