@@ -180,7 +180,8 @@ def mc_grpo(inp: AdvInput, mad_eps: float = 1e-3, mad_zero: str = "eps") -> torc
     Per group: m = median(r), MAD = median(|r - m|), A_i = (r_i - m) / (MAD + mad_eps); no std scaling.
     The pivot (the rollout whose reward is the median; first index among ties) gets A = 0 *after* m
     and MAD are computed (spec E4), so G of the G+1 rollouts carry gradient. The learner's
-    `drop_zero_adv` (default on) then removes the pivot from the loss and its denominators.
+    `drop_zero_adv` (default on) then removes the pivot from the loss and its denominators
+    (unless kl_coef > 0: the pivot then still carries the KL gradient).
 
     mad_zero chooses what happens when MAD = 0 but r != m (binary rewards, the common case):
       "eps"  (official): divide by mad_eps, |A| = 1/mad_eps = 1000; finite but large, interacts with

@@ -38,7 +38,10 @@ class LearnerConfig:
     recompose: str = "none"  # batch recomposition between Replay and the learner (RoRecomp, Shuffle-R1)
     recompose_options: dict = field(default_factory=dict)  # "advantage"/"advantage_options" override the above
     kl_coef: float = 0.0  # KL(pi_theta || pi_ref) penalty (k3 estimator); needs a reference policy
-    drop_zero_adv: bool = True  # rows whose advantage is 0 everywhere carry no gradient: skip them
+    # Skip rows whose advantage is 0 everywhere: without a KL term they carry no gradient. They also
+    # leave the denominators (token-mean counts only the rows kept). Ignored when kl_coef > 0, where
+    # such a row still carries the KL gradient.
+    drop_zero_adv: bool = True
     recompute_old: bool = True  # pi_old from a fresh forward (else: use the behaviour log-probs mu)
     temperature: float = 1.0  # must match the engine's sampling temperature
 
@@ -105,7 +108,7 @@ class Learner:
         stats["mean_abs_adv"] = float(adv_NT.abs().sum(1).div(mask_NT.sum(1).clamp(min=1)).mean())
 
         rows = torch.arange(len(rollouts))
-        if cfg.drop_zero_adv:
+        if cfg.drop_zero_adv and cfg.kl_coef == 0:  # a zero-advantage row still has a KL gradient
             rows = rows[(adv_NT != 0).any(1)]
         stats["learn_rows"] = int(rows.numel())
         if rows.numel() == 0:
