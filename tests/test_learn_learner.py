@@ -222,3 +222,14 @@ def test_kl_term_keeps_zero_advantage_rows_in_the_denominator():
     a = 0.5 / (math.sqrt(0.5) + 1e-6)  # GRPO of [1, 0]
     k3 = math.exp(-0.5) + 0.5 - 1
     assert st["learn_rows"] == 4 and abs(st["loss"] - (2 * a / 12 + 0.5 * k3)) < 1e-6
+
+
+def test_kl_estimator_option():
+    # log pi = -.5, log ref = -1: k2 = (.5)^2 / 2 = .125, k1 = .5
+    b = Batch([group([1, 1, 1, 1])])
+    for name, kl in [("k2", 0.125), ("k1", 0.5), ("low_var_kl", math.exp(-0.5) + 0.5 - 1)]:
+        cfg = LearnerConfig(minibatches=1, kl_coef=0.1, kl_estimator=name)
+        st = Learner(ThetaPolicy(-0.5), cfg, ref_policy=ThetaPolicy(-1.0)).update(b)
+        assert abs(st["kl"] - kl) < 1e-6, name
+    with pytest.raises(ValueError, match="unknown kl_estimator 'k4'"):
+        Learner(Pol(), LearnerConfig(kl_estimator="k4"))
