@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from rollwise.core import registry
-from rollwise.learn.advantages import (AdvInput, BetaBaseline, fisher_two_sided, gapo, gd2po, grpo, ktae,
-                                       mc_grpo, mssr, pvpo, rloo)
+from rollwise.learn.advantages import (AdvInput, BetaBaseline, fisher_two_sided, gapo, gd2po, gpg, grpo, ktae,
+                                       mc_grpo, mssr, pvpo, reinforce_pp, reinforce_pp_baseline, rloo)
 
 
 def inp(rewards, groups, **kw):
@@ -73,6 +73,46 @@ def test_grpo_in_float64_then_cast_is_the_rounded_exact_value():
     a = grpo(inp(r, [0] * 62))
     assert a.dtype == torch.float32
     assert torch.allclose(a.double(), torch.tensor(exact, dtype=torch.float64), rtol=0, atol=5e-7)
+
+
+# ---- GPG / REINFORCE++ ----------------------------------------------------------------------
+
+def test_gpg_hand():
+    # 3 of 7 rewards nonzero: alpha = 7/3. Group 0 [1, 0, 0, 0]: mean .25; group 1 all equal; group 2 single
+    a = gpg(inp([1, 0, 0, 0, 1, 1, 0], [0, 0, 0, 0, 1, 1, 2]))
+    al = 7 / 3
+    assert close(a, [al * 0.75, -al * 0.25, -al * 0.25, -al * 0.25, 0, 0, 0], tol=1e-6)
+    assert close(gpg(inp([1, 0], [0, 0]), f_norm=2.0), [0.5, -0.5], tol=1e-6)  # alpha 2, / f_norm 2
+    assert (gpg(inp([0, 0, 0], [0, 0, 0])) == 0).all()  # no nonzero reward: alpha = N / 1, A = 0
+
+
+def test_reinforce_pp_hand():
+    # rewards 1, 0, 1 with 2, 1, 1 tokens; gamma = 1: token returns [1, 1 | 0 | 1], mean .75,
+    # unbiased var (3 * .0625 + .5625) / 3 = .25 -> A = (G - .75) / .5
+    m = torch.tensor([[1., 1], [1, 0], [1, 0]])
+    a = reinforce_pp(inp([1, 0, 1], [0, 1, 2], mask_NT=m))
+    assert a.shape == (3, 2)
+    assert close(a, [[0.5, 0.5], [-1.5, 0], [0.5, 0]], tol=1e-6)
+    # gamma = .5: a 3-token success returns [.25, .5, 1], a 1-token failure [0]
+    m = torch.tensor([[1., 1, 1], [1, 0, 0]])
+    g = [0.25, 0.5, 1.0, 0.0]
+    mean = sum(g) / 4
+    std = math.sqrt(sum((x - mean) ** 2 for x in g) / 3 + 1e-8)
+    want = [[(x - mean) / std for x in g[:3]], [(g[3] - mean) / std, 0, 0]]
+    assert close(reinforce_pp(inp([1, 0], [0, 1], mask_NT=m), gamma=0.5), want, tol=1e-6)
+
+
+def test_reinforce_pp_baseline_hand():
+    # group 0 [1, 0] with 1 and 3 tokens -> centred [.5, -.5]; group 1 [1, 1] (1 token each) -> [0, 0].
+    # tokens [.5 | -.5 x3 | 0 | 0]: mean -1/6, unbiased var (4/9 + 3/9 + 2/36) / 5 = 1/6
+    m = torch.tensor([[1., 0, 0], [1, 1, 1], [1, 0, 0], [1, 0, 0]])
+    a = reinforce_pp_baseline(inp([1, 0, 1, 1], [0, 0, 1, 1], mask_NT=m))
+    s = math.sqrt(1 / 6 + 1e-8)
+    hi, lo, flat = (0.5 + 1 / 6) / s, (-0.5 + 1 / 6) / s, (1 / 6) / s
+    assert close(a, [[hi, 0, 0], [lo, lo, lo], [flat, 0, 0], [flat, 0, 0]], tol=1e-6)
+    # the all-equal group is shifted by the batch mean (as verl), not 0; a batch of flat groups is all 0
+    assert a[2, 0] != 0
+    assert (reinforce_pp_baseline(inp([1, 1, 0, 0], [0, 0, 1, 1], mask_NT=torch.ones(4, 2))) == 0).all()
 
 
 # ---- MC-GRPO -----------------------------------------------------------------------------------

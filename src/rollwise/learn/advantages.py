@@ -115,6 +115,19 @@ def _as_rewards(adv: torch.Tensor, inp: AdvInput) -> torch.Tensor:
     return adv.to(inp.rewards_N.dtype if inp.rewards_N.is_floating_point() else torch.float32)
 
 
+def masked_whiten(x_NT: torch.Tensor, mask_NT: torch.Tensor) -> torch.Tensor:
+    """(x - mean) / sqrt(var + 1e-8) over the masked tokens of the whole batch, unbiased variance, as
+    verl's masked_whiten (without its 1e-8 in the mean's denominator). Fewer than two tokens: all 0
+    (verl raises)."""
+    m = mask_NT.to(x_NT.dtype)
+    n = m.sum()
+    if n < 2:
+        return torch.zeros_like(x_NT)
+    mean = (x_NT * m).sum() / n
+    var = ((x_NT - mean) ** 2 * m).sum() / (n - 1)
+    return (x_NT - mean) * torch.rsqrt(var + 1e-8)
+
+
 def group_rows(group_N: torch.Tensor, G: int) -> list[torch.Tensor]:
     """Row indices of each group, in batch order."""
     return [(group_N == g).nonzero(as_tuple=True)[0] for g in range(G)]
@@ -167,6 +180,65 @@ def rloo(inp: AdvInput) -> torch.Tensor:
     n = torch.zeros(G, dtype=r.dtype).index_add_(0, g, torch.ones_like(r))[g]
     adv = torch.where(n > 1, (r - group_mean(r, g, G)) * n / (n - 1).clamp(min=1), torch.zeros_like(r))
     return _as_rewards(adv.masked_fill(group_flat(r, g, G), 0.0), inp)
+
+
+@register("advantage", "gpg", provenance="CODE",
+          summary="GPG: alpha (r - group mean) / f_norm, alpha = N / #rollouts with a nonzero reward")
+def gpg(inp: AdvInput, f_norm: float = 1.0) -> torch.Tensor:
+    """GPG (Chu et al., 2025, "GPG: A Simple and Strong Reinforcement Learning Baseline for Model
+    Reasoning", arXiv 2504.02546). [CODE: verl core_algos compute_gpg_outcome_advantage]
+    A_i = alpha (r_i - mean_g) / f_norm with alpha = N / max(#{i: r_i != 0}, 1) over the whole batch: the
+    paper's rescaling that keeps the gradient from shrinking when many rollouts carry no signal, as
+    verl's code computes it (it counts nonzero *rewards*; for 0/1 rewards, the correct rollouts).
+    No std division. Pair with the `gpg` loss (-A log pi, no ratio, no clip). Singleton and all-equal
+    groups get 0 (verl: singletons A = alpha r)."""
+    r, g, G = inp.rewards_N.double(), inp.group_N, inp.num_groups
+    alpha = r.numel() / max(int(torch.count_nonzero(r)), 1)
+    adv = (alpha * (r - group_mean(r, g, G)) / f_norm).masked_fill(group_flat(r, g, G), 0.0)
+    return _as_rewards(adv, inp)
+
+
+# ---- batch-whitened: REINFORCE++ -------------------------------------------------------------
+
+def _token_mask(inp: AdvInput) -> torch.Tensor:
+    """The response mask, float64; without one every rollout is a single token."""
+    if inp.mask_NT is None:
+        return torch.ones(inp.rewards_N.numel(), 1, dtype=torch.float64)
+    return inp.mask_NT.double()
+
+
+@register("advantage", "reinforce++", provenance="CODE",
+          summary="REINFORCE++: discounted return of the outcome reward, whitened over the batch's tokens")
+def reinforce_pp(inp: AdvInput, gamma: float = 1.0) -> torch.Tensor:
+    """REINFORCE++ (Hu, 2025, "REINFORCE++: A Simple and Efficient Approach for Aligning Large Language
+    Models", arXiv 2501.03262). [CODE: verl core_algos compute_reinforce_plus_plus_outcome_advantage]
+    The outcome reward sits on the last response token; the return of token t of rollout i is
+    G_{i,t} = gamma^(|o_i| - 1 - t) r_i, then A = (G - mean) / sqrt(var + 1e-8) with the mean and the
+    unbiased variance over every response token of the batch (global, not per group: no group baseline).
+    gamma = 1 (verl's default) gives each rollout one value, r_i whitened with token weights. Returns
+    [N, T]. verl folds a KL reward into r when it uses a reward-side KL; rollwise's KL is a loss term."""
+    m = _token_mask(inp)
+    t_NT = torch.arange(m.shape[1], dtype=torch.float64).expand_as(m)
+    to_go_NT = (m.sum(1, keepdim=True) - 1 - t_NT).clamp(min=0)  # tokens after t in the response
+    returns_NT = inp.rewards_N.double()[:, None] * gamma ** to_go_NT * m
+    return _as_rewards(masked_whiten(returns_NT, m) * m, inp)
+
+
+@register("advantage", "reinforce++-baseline", provenance="CODE",
+          summary="REINFORCE++-baseline: r - group mean, then whitened over the batch's tokens")
+def reinforce_pp_baseline(inp: AdvInput) -> torch.Tensor:
+    """REINFORCE++ with a group baseline (Hu, 2025, arXiv 2501.03262, "REINFORCE++-baseline").
+    [CODE: verl core_algos compute_reinforce_plus_plus_baseline_outcome_advantage]
+    A = whiten(r_i - mean_g) over every response token of the batch (token-weighted mean, unbiased
+    variance, + 1e-8). The group mean removes the prompt's difficulty, the global whitening sets the
+    scale, so an easy prompt's small spread is not inflated as in GRPO's per-group std. Returns [N, T].
+    Singleton groups are centred to 0 before whitening (verl: r). Note: whitening subtracts the batch
+    mean, so rows of an all-equal group get -mean/std, usually small but not 0, as in verl; they are
+    not dropped by `drop_zero_adv`."""
+    r, g, G = inp.rewards_N.double(), inp.group_N, inp.num_groups
+    centred_N = (r - group_mean(r, g, G)).masked_fill(group_flat(r, g, G), 0.0)
+    m = _token_mask(inp)
+    return _as_rewards(masked_whiten(centred_N[:, None] * m, m) * m, inp)
 
 
 # ---- robust baselines ----------------------------------------------------------------------

@@ -11,7 +11,7 @@ gradient -A * grad log pi. Correction weights (weight_NT) are detached and multi
 (spec E3: the PPO ratio is the only differentiated ratio). Provenance tags as in core/registry.py.
 
 Safety clamps, as verl 0.9.1: the token log-ratio log(pi_theta/pi_old) is clamped to [-20, 20] before
-exp in every token-ratio loss (ppo-clip, dual-clip, no-clip, m2po-clip), so one stale token
+exp in every token-ratio loss (ppo-clip, dual-clip, no-clip, m2po-clip, cispo), so one stale token
 cannot give a loss of 1e26 (ratio e^60 with A < 0 and dual-clip off); beyond the clamp the token has
 no gradient. GSPO clamps its sequence log-ratio at 10 (verl). The KL estimators (`kl_penalty`) clamp
 as verl's kl_penalty does (k3: log-ratio to [-20, 20], value to [-10, 10]).
@@ -127,6 +127,35 @@ def no_clip(lp: LossInput):
                                               "ratio_NT": ratio.detach()}
 
 
+@register("loss", "cispo", provenance="CODE+INF",
+          summary="CISPO: -sg(clip(r, 1-eps_l, 1+eps_h)) A log pi; every token keeps its gradient")
+def cispo(lp: LossInput, clip_low: float = 1.0, clip_high: float = 0.28):
+    """CISPO (MiniMax, 2025, "MiniMax-M1: Scaling Test-Time Compute Efficiently with Lightning
+    Attention", arXiv 2506.13585). [CODE: verl core_algos compute_policy_loss_cispo]
+    L = -sg(clip(r, 1-eps_low, 1+eps_high)) A log pi_theta, r = pi_theta/pi_old (log r clamped to +-20).
+    PPO's clip zeroes the gradient of a clipped token, so rare high-ratio tokens ("However", "Wait")
+    stop learning after one update; CISPO clips the detached IS weight instead and keeps every token's
+    gradient w A grad log pi. The loss *value* is -w A log pi (verl's), not -w A.
+    Defaults [INF]: clip_low = 1 (no lower bound: the paper sets eps_low large and tunes only eps_high),
+    clip_high = 0.28 (rollwise's clip-higher; the paper's value is not recorded here)."""
+    ratio = _ratio(lp)
+    clipped_ratio = ratio.clamp(1 - clip_low, 1 + clip_high)
+    loss = -clipped_ratio.detach() * lp.adv_NT * lp.logp_NT
+    return _weighted(loss, lp), {"clipped_NT": (ratio != clipped_ratio).detach(), "ratio_NT": ratio.detach()}
+
+
+@register("loss", "gpg", provenance="CODE",
+          summary="GPG: plain policy gradient -A log pi (no ratio, no clip)")
+def gpg(lp: LossInput):
+    """GPG (Chu et al., 2025, "GPG: A Simple and Strong Reinforcement Learning Baseline for Model
+    Reasoning", arXiv 2504.02546). [CODE: verl core_algos compute_policy_loss_gpg]
+    L = -A log pi_theta: the REINFORCE objective itself, no surrogate, no trust region; meant for one
+    on-policy step per batch (minibatches=1, epochs=1), where pi_old = pi_theta. Pair with the `gpg`
+    advantage. The loss value is -A log pi, not -A."""
+    loss = -lp.adv_NT * lp.logp_NT
+    return _weighted(loss, lp), {"clipped_NT": torch.zeros_like(loss, dtype=torch.bool)}
+
+
 def m2po_tau(delta2: torch.Tensor, budget: float) -> float:
     """The tau with mean(min(delta2, tau^2)) = budget (exact piecewise-linear solve); inf when
     mean(delta2) <= budget (nothing needs clipping), 0 when budget <= 0."""
@@ -215,6 +244,14 @@ def token_mean(loss_NT, mask_NT, totals: AggTotals):
     """Every token of the minibatch weighs the same (DAPO, arXiv 2503.14476). [CODE: verl agg_loss
     token-mean] (1/sum_i |o_i|) sum_i sum_t l_{i,t}."""
     return (loss_NT * mask_NT).sum() / max(totals.tokens, 1)
+
+
+@register("aggregation", "token-sum", provenance="CODE",
+          summary="sum of per-token losses (no normalisation): the gradient grows with the token count")
+def token_sum(loss_NT, mask_NT, totals: AggTotals):
+    """sum_i sum_t l_{i,t}, unnormalised. [CODE: verl agg_loss token-sum] Longer responses and bigger
+    batches give proportionally bigger gradients; scale lr (or use grad clipping) accordingly."""
+    return (loss_NT * mask_NT).sum()
 
 
 @register("aggregation", "seq-mean-token-mean", provenance="CODE",
