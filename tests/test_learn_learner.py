@@ -192,7 +192,8 @@ class ThetaPolicy:
             self.model.weight.zero_()
 
     def response_logprobs(self, prompts, responses, temperature):
-        out = torch.nn.utils.rnn.pad_sequence([self.model.bias.expand(len(r)) for r in responses], batch_first=True)
+        rows = [self.model.bias.expand(len(r)) for r in responses]
+        out = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True)
         return out, torch.zeros_like(out), None
 
 
