@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from rollwise.core import registry
-from rollwise.learn.advantages import (AdvInput, BetaBaseline, fisher_two_sided, gapo, gd2po, grpo, ktae,
-                                       mc_grpo, mssr, pvpo, rloo)
+from rollwise.learn.advantages import (AdvInput, BetaBaseline, fisher_two_sided, gapo, gd2po, gpg, grpo, ktae,
+                                       mc_grpo, mssr, pvpo, reinforce_pp, reinforce_pp_baseline, rloo)
 
 
 def inp(rewards, groups, **kw):
@@ -45,6 +45,74 @@ def test_dr_grpo_and_rloo_hand():
     # RLOO: r_i - mean of the others
     assert close(rloo(inp([1, 0, 0, 1, 3], [0, 0, 0, 1, 2])), [1.0, -0.5, -0.5, 0, 0])
     assert close(rloo(inp([1.0, 3.0], [0, 0])), [-2.0, 2.0])
+
+
+def test_all_equal_non_dyadic_groups_get_exactly_zero():
+    # 0.1, 0.7 and 1/3 are not exact in float32: the float32 mean of eight of them is off by an ulp,
+    # and (r - mean) / (std + 1e-6) turned that into |A| of 0.007, 0.056 and 0.029 (3.3: 0.19)
+    flat = [0.1, 0.7, 1 / 3, 3.3, 0.2 * 0.25 + 0.8 * 0.5]  # the last: a weighted sum of reward parts
+    rewards = [v for v in flat for _ in range(8)] + [1.0, 0.0, 0.0, 0.0]
+    groups = [g for g in range(len(flat)) for _ in range(8)] + [len(flat)] * 4
+    x = inp(rewards, groups)
+    n_flat = 8 * len(flat)
+    for name, options in [("grpo", {}), ("dr-grpo", {}), ("rloo", {}), ("gapo", {"find_method": "mean"}),
+                          ("gapo", {}), ("mc-grpo", {})]:
+        a = registry.get("advantage", name).obj(x, **options)
+        assert (a[:n_flat] == 0).all(), (name, options, a[:n_flat].abs().max())
+        assert (a[n_flat:] != 0).any(), name
+    # the informative group is unchanged: GRPO of [1, 0, 0, 0] is (.75, -.25 x3) / sqrt(.25)
+    assert close(grpo(x)[n_flat:], [1.5, -0.5, -0.5, -0.5])
+
+
+def test_grpo_in_float64_then_cast_is_the_rounded_exact_value():
+    # n = 62, one success: the float32 path was off by 6.6e-6; float64 statistics are within rounding
+    r = [1.0] + [0.0] * 61
+    mean = 1 / 62
+    var = ((1 - mean) ** 2 + 61 * mean ** 2) / 61  # unbiased
+    exact = [(x - mean) / (math.sqrt(var) + 1e-6) for x in r]
+    a = grpo(inp(r, [0] * 62))
+    assert a.dtype == torch.float32
+    assert torch.allclose(a.double(), torch.tensor(exact, dtype=torch.float64), rtol=0, atol=5e-7)
+
+
+# ---- GPG / REINFORCE++ ----------------------------------------------------------------------
+
+def test_gpg_hand():
+    # 3 of 7 rewards nonzero: alpha = 7/3. Group 0 [1, 0, 0, 0]: mean .25; group 1 all equal; group 2 single
+    a = gpg(inp([1, 0, 0, 0, 1, 1, 0], [0, 0, 0, 0, 1, 1, 2]))
+    al = 7 / 3
+    assert close(a, [al * 0.75, -al * 0.25, -al * 0.25, -al * 0.25, 0, 0, 0], tol=1e-6)
+    assert close(gpg(inp([1, 0], [0, 0]), f_norm=2.0), [0.5, -0.5], tol=1e-6)  # alpha 2, / f_norm 2
+    assert (gpg(inp([0, 0, 0], [0, 0, 0])) == 0).all()  # no nonzero reward: alpha = N / 1, A = 0
+
+
+def test_reinforce_pp_hand():
+    # rewards 1, 0, 1 with 2, 1, 1 tokens; gamma = 1: token returns [1, 1 | 0 | 1], mean .75,
+    # unbiased var (3 * .0625 + .5625) / 3 = .25 -> A = (G - .75) / .5
+    m = torch.tensor([[1., 1], [1, 0], [1, 0]])
+    a = reinforce_pp(inp([1, 0, 1], [0, 1, 2], mask_NT=m))
+    assert a.shape == (3, 2)
+    assert close(a, [[0.5, 0.5], [-1.5, 0], [0.5, 0]], tol=1e-6)
+    # gamma = .5: a 3-token success returns [.25, .5, 1], a 1-token failure [0]
+    m = torch.tensor([[1., 1, 1], [1, 0, 0]])
+    g = [0.25, 0.5, 1.0, 0.0]
+    mean = sum(g) / 4
+    std = math.sqrt(sum((x - mean) ** 2 for x in g) / 3 + 1e-8)
+    want = [[(x - mean) / std for x in g[:3]], [(g[3] - mean) / std, 0, 0]]
+    assert close(reinforce_pp(inp([1, 0], [0, 1], mask_NT=m), gamma=0.5), want, tol=1e-6)
+
+
+def test_reinforce_pp_baseline_hand():
+    # group 0 [1, 0] with 1 and 3 tokens -> centred [.5, -.5]; group 1 [1, 1] (1 token each) -> [0, 0].
+    # tokens [.5 | -.5 x3 | 0 | 0]: mean -1/6, unbiased var (4/9 + 3/9 + 2/36) / 5 = 1/6
+    m = torch.tensor([[1., 0, 0], [1, 1, 1], [1, 0, 0], [1, 0, 0]])
+    a = reinforce_pp_baseline(inp([1, 0, 1, 1], [0, 0, 1, 1], mask_NT=m))
+    s = math.sqrt(1 / 6 + 1e-8)
+    hi, lo, flat = (0.5 + 1 / 6) / s, (-0.5 + 1 / 6) / s, (1 / 6) / s
+    assert close(a, [[hi, 0, 0], [lo, lo, lo], [flat, 0, 0], [flat, 0, 0]], tol=1e-6)
+    # the all-equal group is shifted by the batch mean (as verl), not 0; a batch of flat groups is all 0
+    assert a[2, 0] != 0
+    assert (reinforce_pp_baseline(inp([1, 1, 0, 0], [0, 0, 1, 1], mask_NT=torch.ones(4, 2))) == 0).all()
 
 
 # ---- MC-GRPO -----------------------------------------------------------------------------------

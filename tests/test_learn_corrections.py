@@ -40,6 +40,19 @@ def test_tis_token_and_seq_hand():
     assert torch.allclose(w, torch.tensor([[1.8, 1.8, 1.0], [2.0, 2.0, 2.0]]))
 
 
+def test_tis_seq_clamps_the_sum_not_each_token():
+    # log-ratios +25, -24, +0.5: prod rho = e^1.5 = 4.48 -> min(4.48, 2) = 2. Clamping each token to
+    # +-20 first gave e^(20 - 20 + .5) = 1.65
+    w, _ = tis_seq(ci_from([[25.0, -24.0, 0.5]]), threshold=2.0)
+    assert torch.allclose(w, torch.full((1, 3), 2.0))
+    # the sum itself is bounded below at -20 (verl's safety bound): e^-30 -> e^-20
+    w, _ = tis_seq(ci_from([[-15.0, -15.0]]))
+    assert torch.allclose(w, torch.full((1, 2), math.exp(-20.0)), rtol=1e-5, atol=0)
+    # token TIS still clamps per token: min(e^20, 2), e^-20, min(e^.5, 2)
+    w, _ = tis_token(ci_from([[25.0, -24.0, 0.5]]))
+    assert torch.allclose(w, torch.tensor([[2.0, math.exp(-20.0), math.exp(0.5)]]), rtol=1e-5, atol=0)
+
+
 def test_mis_token_and_seq_hand():
     ci = ci_from([[math.log(0.4), 0.0, math.log(2.5), math.log(1.9)]])
     w, keep = mis_token(ci)  # keep 1/C <= rho <= C, C = 2

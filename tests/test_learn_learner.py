@@ -166,3 +166,71 @@ def test_rorecomp_state_restores_equal_entries_and_grouping():
     assert key(o1) == key(o2) and torch.equal(o1.adv_N, o2.adv_N)
     # one output group per original group: g3's priority rows, then g1's and g2's waiting rows
     assert [g.prompt.id for g in o2.groups] == [7, 0, 4] and [g.n for g in o2.groups] == [2, 2, 2]
+
+
+# ---- zero-variance groups leave the update -----------------------------------------------------
+
+def test_all_equal_non_dyadic_groups_are_dropped_like_group_zero_variance():
+    b = Batch([group([0.1] * 8, pid=0), group([0.7] * 8, pid=1), group([1 / 3] * 8, pid=2), group([1, 0, 0, 0], pid=3)])
+    assert [g.zero_variance for g in b.groups] == [True, True, True, False]
+    lr = Learner(Pol(), LearnerConfig(minibatches=1))
+    adv = lr.advantages(b)
+    assert (adv[:24] == 0).all()
+    st = lr.update(b)
+    assert st["zero_var_frac"] == 0.75 and st["learn_rows"] == 4  # only the informative group trains
+
+
+# ---- the KL term reaches zero-advantage rows -----------------------------------------------------
+
+class ThetaPolicy:
+    """log pi = theta for every response token, theta one trainable scalar."""
+
+    def __init__(self, theta):
+        self.model, self.version = torch.nn.Linear(1, 1), 0
+        with torch.no_grad():
+            self.model.bias.fill_(theta)
+            self.model.weight.zero_()
+
+    def response_logprobs(self, prompts, responses, temperature):
+        rows = [self.model.bias.expand(len(r)) for r in responses]
+        out = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True)
+        return out, torch.zeros_like(out), None
+
+
+def test_kl_term_trains_rows_with_zero_advantage():
+    # one all-equal group: advantage 0, so only the KL penalty can move theta. log pi = -.5, log ref = -1:
+    # d = log ref - log pi = -.5, k3 = e^d - d - 1 = .1065; d k3 / d theta = 1 - e^d > 0, so Adam's first
+    # step moves theta down by lr (towards the reference)
+    b = Batch([group([1, 1, 1, 1])])
+    cfg = LearnerConfig(lr=0.01, minibatches=1, kl_coef=0.1)
+    pol = ThetaPolicy(-0.5)
+    st = Learner(pol, cfg, ref_policy=ThetaPolicy(-1.0)).update(b)
+    assert st["updated"] == 1 and st["learn_rows"] == 4
+    assert abs(st["kl"] - (math.exp(-0.5) + 0.5 - 1)) < 1e-6
+    assert abs(pol.model.bias.item() - (-0.5 - 0.01)) < 1e-6
+    # without a KL term the same batch has nothing to learn: no rows, no step
+    pol = ThetaPolicy(-0.5)
+    st = Learner(pol, LearnerConfig(lr=0.01, minibatches=1)).update(b)
+    assert st["updated"] == 0 and st["learn_rows"] == 0 and pol.model.bias.item() == -0.5
+
+
+def test_kl_term_keeps_zero_advantage_rows_in_the_denominator():
+    # [1, 0] with 2 and 4 tokens trains; [1, 1] adds two 3-token rows of KL only. At ratio 1 the PG
+    # part is -A per token: -a * 2 + a * 4 = 2a; token-mean divides by all 12 tokens (verl), not 6
+    b = Batch([group([1, 0], lengths=[2, 4]), group([1, 1], pid=1)])
+    cfg = LearnerConfig(minibatches=1, kl_coef=0.5)
+    st = Learner(ThetaPolicy(-0.5), cfg, ref_policy=ThetaPolicy(-1.0)).update(b)
+    a = 0.5 / (math.sqrt(0.5) + 1e-6)  # GRPO of [1, 0]
+    k3 = math.exp(-0.5) + 0.5 - 1
+    assert st["learn_rows"] == 4 and abs(st["loss"] - (2 * a / 12 + 0.5 * k3)) < 1e-6
+
+
+def test_kl_estimator_option():
+    # log pi = -.5, log ref = -1: k2 = (.5)^2 / 2 = .125, k1 = .5
+    b = Batch([group([1, 1, 1, 1])])
+    for name, kl in [("k2", 0.125), ("k1", 0.5), ("low_var_kl", math.exp(-0.5) + 0.5 - 1)]:
+        cfg = LearnerConfig(minibatches=1, kl_coef=0.1, kl_estimator=name)
+        st = Learner(ThetaPolicy(-0.5), cfg, ref_policy=ThetaPolicy(-1.0)).update(b)
+        assert abs(st["kl"] - kl) < 1e-6, name
+    with pytest.raises(ValueError, match="unknown kl_estimator 'k4'"):
+        Learner(Pol(), LearnerConfig(kl_estimator="k4"))

@@ -5,10 +5,12 @@ import pytest
 import torch
 
 from rollwise.core import registry
-from rollwise.learn.losses import (AggTotals, LossInput, constant, dual_clip, gspo, m2po_clip, m2po_tau,
-                                   no_clip, ppo_clip, seq_mean_token_mean, seq_mean_token_sum_norm, token_mean)
+from rollwise.learn.losses import (KL_ESTIMATORS, AggTotals, LossInput, cispo, constant, dual_clip, gpg, gspo,
+                                   kl_penalty, m2po_clip, m2po_tau, no_clip, ppo_clip, seq_mean_token_mean,
+                                   seq_mean_token_sum_norm, token_mean, token_sum)
 
 LOSSES = [e.name for e in registry.entries("loss")]
+LOGP_FORM = {"cispo", "gpg"}  # losses written with log pi (verl's form), not with the ratio
 
 
 def _lp(log_ratio, adv, mask=None, old=None):
@@ -39,7 +41,9 @@ def test_every_loss_is_plain_policy_gradient_at_ratio_one(name):
         # plain policy gradient: the same aggregation of -A * logp
         pg = torch.autograd.grad(agg(-adv * logp, mask, AggTotals(int(mask.sum()), 3)), logp)[0]
         assert torch.allclose(got * mask, pg * mask, atol=1e-10), name
-    assert torch.allclose((loss_NT * mask).detach(), (-adv * mask))
+    # ratio-form losses are worth -A r = -A at ratio 1; the log-prob forms (CISPO, GPG) -A log pi
+    value = -adv * logp.detach() if name in LOGP_FORM else -adv
+    assert torch.allclose((loss_NT * mask).detach(), value * mask)
 
 
 def test_ppo_clip_hand():
@@ -63,6 +67,48 @@ def test_dual_clip_hand_and_gradient():
     assert torch.allclose(g, torch.tensor([[0.0, 2.0, 0.0]], dtype=torch.float64))
     with pytest.raises(ValueError):
         dual_clip(lp, clip_c=1.0)
+
+
+def test_token_ratio_losses_clamp_the_log_ratio_at_20():
+    # a stale token: log(pi/pi_old) = 60, A = -1. Unclamped, -A r = e^60 = 1e26; verl clamps log r to 20
+    lp, logp = _lp([[60.0, -60.0]], [[-1.0, -1.0]])
+    for fn in (ppo_clip, no_clip):
+        loss, st = fn(lp)
+        assert torch.allclose(loss.detach()[0, 0], torch.tensor(math.exp(20.0), dtype=torch.float64)), fn
+        assert torch.allclose(st["ratio_NT"][0], torch.tensor([math.exp(20.0), math.exp(-20.0)], dtype=torch.float64))
+        assert torch.autograd.grad(loss.sum(), logp)[0][0, 0] == 0  # beyond the clamp: no gradient
+    loss, _ = dual_clip(lp)
+    assert loss.detach()[0, 0] == 3.0  # the dual clip bounds it anyway
+    # inside the bound nothing changes: log r = 19.9, A = -1 -> -A r = e^19.9 with gradient e^19.9
+    lp, logp = _lp([[19.9]], [[-1.0]])
+    loss, _ = no_clip(lp)
+    g = torch.autograd.grad(loss.sum(), logp)[0]
+    assert torch.allclose(g, torch.tensor([[math.exp(19.9)]], dtype=torch.float64))
+
+
+def test_kl_estimators_hand_values_and_gradients():
+    # log pi = -1, log ref = -1.5: d = log ref - log pi = -.5
+    def value_grad(name, logp=-1.0, ref=-1.5):
+        x = torch.tensor([[logp]], dtype=torch.float64, requires_grad=True)
+        v = kl_penalty(x, torch.tensor([[ref]], dtype=torch.float64), name)
+        return v.item(), torch.autograd.grad(v.sum(), x)[0].item()
+
+    k3 = math.exp(-0.5) + 0.5 - 1
+    expect = {"k1": (0.5, 1.0), "kl": (0.5, 1.0), "abs": (0.5, 1.0), "k2": (0.125, 0.5), "mse": (0.125, 0.5),
+              "k3": (k3, 1 - math.exp(-0.5)), "low_var_kl": (k3, 1 - math.exp(-0.5)),
+              # "+": the value of the estimator, the gradient of k2 (log pi - log ref = .5)
+              "k1+": (0.5, 0.5), "kl+": (0.5, 0.5), "abs+": (0.5, 0.5), "k3+": (k3, 0.5), "low_var_kl+": (k3, 0.5)}
+    assert set(expect) == set(KL_ESTIMATORS)
+    for name, (v, g) in expect.items():
+        got = value_grad(name)
+        assert abs(got[0] - v) < 1e-12 and abs(got[1] - g) < 1e-12, (name, got)
+    # k3's clamps (verl): value at most 10 (d = 5: e^5 - 6 = 142), d itself within +-20; no gradient there
+    assert value_grad("k3", logp=-6.0, ref=-1.0) == (10.0, 0.0)
+    assert value_grad("k3", logp=-1.0, ref=-13.0) == (10.0, 0.0)  # d = -12: 11.000006 -> 10
+    v, g = value_grad("k3", logp=-1.0, ref=-11.5)  # d = -10.5: e^d + 9.5, gradient 1 - e^d
+    assert abs(v - (math.exp(-10.5) + 9.5)) < 1e-12 and abs(g - (1 - math.exp(-10.5))) < 1e-12
+    with pytest.raises(ValueError, match="unknown kl_estimator"):
+        kl_penalty(torch.zeros(1, 1), torch.zeros(1, 1), "k4")
 
 
 def test_gspo_sequence_ratio_value_and_gradient():
@@ -104,6 +150,33 @@ def test_no_clip_is_unclipped_ratio():
     assert torch.allclose(torch.autograd.grad(loss.sum(), logp)[0], torch.tensor([[-8.0]], dtype=torch.float64))
 
 
+def test_cispo_clips_the_detached_weight_and_keeps_every_gradient():
+    # r = 1.5, A = 1: PPO clips (no gradient); CISPO weighs by sg(min(1.5, 1.28)) and keeps -1.28
+    # r = .5, A = -1: lower bound .8 -> gradient +.8; r = .5, A = 1 with no lower bound -> -.5
+    lr = [[math.log(1.5), math.log(0.5), math.log(0.5)]]
+    lp, logp = _lp(lr, [[1.0, -1.0, 1.0]])
+    loss, st = cispo(lp, clip_low=0.2, clip_high=0.28)
+    g = torch.autograd.grad(loss.sum(), logp)[0]
+    assert torch.allclose(g, torch.tensor([[-1.28, 0.8, -0.8]], dtype=torch.float64))
+    assert torch.allclose(loss.detach(), torch.tensor([[-1.28, 0.8, -0.8]], dtype=torch.float64) * logp.detach())
+    assert st["clipped_NT"].tolist() == [[True, True, True]]
+    loss, st = cispo(lp)  # defaults: no lower bound (clip_low = 1), clip_high .28
+    g = torch.autograd.grad(loss.sum(), logp)[0]
+    assert torch.allclose(g, torch.tensor([[-1.28, 0.5, -0.5]], dtype=torch.float64))
+    assert st["clipped_NT"].tolist() == [[True, False, False]]
+    ppo_loss, _ = ppo_clip(lp)
+    assert torch.autograd.grad(ppo_loss.sum(), logp)[0][0, 0] == 0  # what CISPO avoids
+
+
+def test_gpg_loss_is_minus_a_log_pi():
+    # whatever the ratio, L = -A log pi with gradient -A
+    lp, logp = _lp([[3.0, -2.0]], [[0.5, -2.0]])
+    loss, st = gpg(lp)
+    assert torch.allclose(loss.detach(), -torch.tensor([[0.5, -2.0]], dtype=torch.float64) * logp.detach())
+    assert torch.allclose(torch.autograd.grad(loss.sum(), logp)[0], torch.tensor([[-0.5, 2.0]], dtype=torch.float64))
+    assert not st["clipped_NT"].any()
+
+
 def test_m2po_tau_hand():
     v = torch.tensor([0.01, 0.04, 0.25], dtype=torch.float64)  # mean .1 > .04: solve mean(min(v, t2)) = .04 -> t2 = .07
     t = m2po_tau(v, 0.04)
@@ -131,6 +204,7 @@ def test_aggregations_hand_and_microbatch_invariance():
     mask = torch.tensor([[1., 1, 0], [1, 0, 0], [1, 1, 1]])
     tot = AggTotals(tokens=6, seqs=3)
     assert torch.isclose(token_mean(loss, mask, tot), torch.tensor(18 / 6))
+    assert torch.isclose(token_sum(loss, mask, tot), torch.tensor(18.0))
     assert torch.isclose(seq_mean_token_mean(loss, mask, tot), torch.tensor((1.5 + 3 + 4) / 3))
     assert torch.isclose(seq_mean_token_sum_norm(loss, mask, tot, max_len=4), torch.tensor(18 / (3 * 4)))
     assert torch.isclose(seq_mean_token_sum_norm(loss, mask, tot), torch.tensor(18 / (3 * 3)))  # padded width

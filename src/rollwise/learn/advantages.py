@@ -6,6 +6,12 @@ over its tokens) or [N, T] (token-level, e.g. KTAE). Groups may have any size, i
 Conventions shared by every estimator here:
 - A group of one rollout has no within-group baseline: its group-relative advantage is 0 (verl gives
   mean 0, std 1, i.e. A = r, for singleton groups; spec D1 asks to guard against that).
+- Group statistics are computed in float64 and the result is cast back to the rewards' dtype (float32
+  from `batch_input`). A group whose rewards are all equal (`Group.zero_variance`) gets exactly 0 from
+  every estimator with a group baseline: in float32 the mean of eight 0.7s is not 0.7, and dividing
+  that rounding error by (std + eps) gave all-equal groups advantages up to 0.19 that `drop_zero_adv`
+  then kept. (Estimators that whiten over the whole batch afterwards, gd2po and reinforce++-baseline,
+  shift those zeros by the batch mean, as verl does.)
 - `batch_input(batch)` fills every input a Batch itself holds: PVPO's reference pass rates when a
   planner measured them, GD2PO's reward components when every rollout carries them. State kept across
   batches (MSSR's tracked baseline) comes from a *tracker* the estimator declares with `@tracks`; the
@@ -85,7 +91,7 @@ def tracks(factory):
 
 
 def group_mean(x_N: torch.Tensor, group_N: torch.Tensor, G: int) -> torch.Tensor:
-    """Per-rollout mean of x over its group."""
+    """Per-rollout mean of x over its group, in x's dtype (estimators pass float64)."""
     s = torch.zeros(G, dtype=x_N.dtype).index_add_(0, group_N, x_N)
     c = torch.zeros(G, dtype=x_N.dtype).index_add_(0, group_N, torch.ones_like(x_N))
     return (s / c.clamp(min=1))[group_N]
@@ -97,6 +103,31 @@ def group_std(x_N: torch.Tensor, group_N: torch.Tensor, G: int) -> torch.Tensor:
     sq = torch.zeros(G, dtype=x_N.dtype).index_add_(0, group_N, (x_N - mean) ** 2)
     c = torch.zeros(G, dtype=x_N.dtype).index_add_(0, group_N, torch.ones_like(x_N))
     return (sq / (c - 1).clamp(min=1)).sqrt()[group_N]
+
+
+def group_flat(x_N: torch.Tensor, group_N: torch.Tensor, G: int) -> torch.Tensor:
+    """Per-rollout bool: every value of its group is equal (exactly, as `Group.zero_variance` tests)."""
+    hi = torch.full((G,), -math.inf, dtype=x_N.dtype).scatter_reduce(0, group_N, x_N, "amax")
+    lo = torch.full((G,), math.inf, dtype=x_N.dtype).scatter_reduce(0, group_N, x_N, "amin")
+    return (hi == lo)[group_N]
+
+
+def _as_rewards(adv: torch.Tensor, inp: AdvInput) -> torch.Tensor:
+    """An advantage computed in float64, back in the dtype of the rewards (float32 from batch_input)."""
+    return adv.to(inp.rewards_N.dtype if inp.rewards_N.is_floating_point() else torch.float32)
+
+
+def masked_whiten(x_NT: torch.Tensor, mask_NT: torch.Tensor) -> torch.Tensor:
+    """(x - mean) / sqrt(var + 1e-8) over the masked tokens of the whole batch, unbiased variance, as
+    verl's masked_whiten (without its 1e-8 in the mean's denominator). Fewer than two tokens: all 0
+    (verl raises)."""
+    m = mask_NT.to(x_NT.dtype)
+    n = m.sum()
+    if n < 2:
+        return torch.zeros_like(x_NT)
+    mean = (x_NT * m).sum() / n
+    var = ((x_NT - mean) ** 2 * m).sum() / (n - 1)
+    return (x_NT - mean) * torch.rsqrt(var + 1e-8)
 
 
 def group_rows(group_N: torch.Tensor, G: int) -> list[torch.Tensor]:
@@ -118,12 +149,16 @@ def _require(inp: AdvInput, field: str, method: str, how: str) -> torch.Tensor:
 def grpo(inp: AdvInput, scale_std: bool = True, eps: float = 1e-6) -> torch.Tensor:
     """GRPO (Shao et al., 2024, "DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open
     Language Models", arXiv 2402.03300). [CODE: verl core_algos compute_grpo_outcome_advantage]
-    A_i = (r_i - mean_g) / (std_g + eps), std unbiased. Singleton groups get 0 (verl: A = r)."""
-    r, g, G = inp.rewards_N.float(), inp.group_N, inp.num_groups
+    A_i = (r_i - mean_g) / (std_g + eps), std unbiased. Singleton groups get 0 (verl: A = r); all-equal
+    groups exactly 0 (float64 statistics, see the module notes)."""
+    return _as_rewards(_grpo64(inp.rewards_N.double(), inp.group_N, inp.num_groups, scale_std, eps), inp)
+
+
+def _grpo64(r: torch.Tensor, g: torch.Tensor, G: int, scale_std: bool = True, eps: float = 1e-6) -> torch.Tensor:
     adv = r - group_mean(r, g, G)
     if scale_std:
         adv = adv / (group_std(r, g, G) + eps)
-    return adv
+    return adv.masked_fill(group_flat(r, g, G), 0.0)
 
 
 @register("advantage", "dr-grpo", provenance="CODE",
@@ -143,9 +178,69 @@ def rloo(inp: AdvInput) -> torch.Tensor:
     Learning from Human Feedback in LLMs", arXiv 2402.14740). [CODE: verl compute_rloo_outcome_advantage]
     Leave-one-out baseline: A_i = r_i - (1/(n-1)) sum_{j != i} r_j = n/(n-1) (r_i - mean_g).
     Singleton groups get 0 [INF; verl gives A = r]."""
-    r, g, G = inp.rewards_N.float(), inp.group_N, inp.num_groups
-    n = torch.zeros(G).index_add_(0, g, torch.ones_like(r))[g]
-    return torch.where(n > 1, (r - group_mean(r, g, G)) * n / (n - 1).clamp(min=1), torch.zeros_like(r))
+    r, g, G = inp.rewards_N.double(), inp.group_N, inp.num_groups
+    n = torch.zeros(G, dtype=r.dtype).index_add_(0, g, torch.ones_like(r))[g]
+    adv = torch.where(n > 1, (r - group_mean(r, g, G)) * n / (n - 1).clamp(min=1), torch.zeros_like(r))
+    return _as_rewards(adv.masked_fill(group_flat(r, g, G), 0.0), inp)
+
+
+@register("advantage", "gpg", provenance="CODE",
+          summary="GPG: alpha (r - group mean) / f_norm, alpha = N / #rollouts with a nonzero reward")
+def gpg(inp: AdvInput, f_norm: float = 1.0) -> torch.Tensor:
+    """GPG (Chu et al., 2025, "GPG: A Simple and Strong Reinforcement Learning Baseline for Model
+    Reasoning", arXiv 2504.02546). [CODE: verl core_algos compute_gpg_outcome_advantage]
+    A_i = alpha (r_i - mean_g) / f_norm with alpha = N / max(#{i: r_i != 0}, 1) over the whole batch: the
+    paper's rescaling that keeps the gradient from shrinking when many rollouts carry no signal, as
+    verl's code computes it (it counts nonzero *rewards*; for 0/1 rewards, the correct rollouts).
+    No std division. Pair with the `gpg` loss (-A log pi, no ratio, no clip). Singleton and all-equal
+    groups get 0 (verl: singletons A = alpha r)."""
+    r, g, G = inp.rewards_N.double(), inp.group_N, inp.num_groups
+    alpha = r.numel() / max(int(torch.count_nonzero(r)), 1)
+    adv = (alpha * (r - group_mean(r, g, G)) / f_norm).masked_fill(group_flat(r, g, G), 0.0)
+    return _as_rewards(adv, inp)
+
+
+# ---- batch-whitened: REINFORCE++ -------------------------------------------------------------
+
+def _token_mask(inp: AdvInput) -> torch.Tensor:
+    """The response mask, float64; without one every rollout is a single token."""
+    if inp.mask_NT is None:
+        return torch.ones(inp.rewards_N.numel(), 1, dtype=torch.float64)
+    return inp.mask_NT.double()
+
+
+@register("advantage", "reinforce++", provenance="CODE",
+          summary="REINFORCE++: discounted return of the outcome reward, whitened over the batch's tokens")
+def reinforce_pp(inp: AdvInput, gamma: float = 1.0) -> torch.Tensor:
+    """REINFORCE++ (Hu, 2025, "REINFORCE++: A Simple and Efficient Approach for Aligning Large Language
+    Models", arXiv 2501.03262). [CODE: verl core_algos compute_reinforce_plus_plus_outcome_advantage]
+    The outcome reward sits on the last response token; the return of token t of rollout i is
+    G_{i,t} = gamma^(|o_i| - 1 - t) r_i, then A = (G - mean) / sqrt(var + 1e-8) with the mean and the
+    unbiased variance over every response token of the batch (global, not per group: no group baseline).
+    gamma = 1 (verl's default) gives each rollout one value, r_i whitened with token weights. Returns
+    [N, T]. verl folds a KL reward into r when it uses a reward-side KL; rollwise's KL is a loss term."""
+    m = _token_mask(inp)
+    t_NT = torch.arange(m.shape[1], dtype=torch.float64).expand_as(m)
+    to_go_NT = (m.sum(1, keepdim=True) - 1 - t_NT).clamp(min=0)  # tokens after t in the response
+    returns_NT = inp.rewards_N.double()[:, None] * gamma ** to_go_NT * m
+    return _as_rewards(masked_whiten(returns_NT, m) * m, inp)
+
+
+@register("advantage", "reinforce++-baseline", provenance="CODE",
+          summary="REINFORCE++-baseline: r - group mean, then whitened over the batch's tokens")
+def reinforce_pp_baseline(inp: AdvInput) -> torch.Tensor:
+    """REINFORCE++ with a group baseline (Hu, 2025, arXiv 2501.03262, "REINFORCE++-baseline").
+    [CODE: verl core_algos compute_reinforce_plus_plus_baseline_outcome_advantage]
+    A = whiten(r_i - mean_g) over every response token of the batch (token-weighted mean, unbiased
+    variance, + 1e-8). The group mean removes the prompt's difficulty, the global whitening sets the
+    scale, so an easy prompt's small spread is not inflated as in GRPO's per-group std. Returns [N, T].
+    Singleton groups are centred to 0 before whitening (verl: r). Note: whitening subtracts the batch
+    mean, so rows of an all-equal group get -mean/std, usually small but not 0, as in verl; they are
+    not dropped by `drop_zero_adv`."""
+    r, g, G = inp.rewards_N.double(), inp.group_N, inp.num_groups
+    centred_N = (r - group_mean(r, g, G)).masked_fill(group_flat(r, g, G), 0.0)
+    m = _token_mask(inp)
+    return _as_rewards(masked_whiten(centred_N[:, None] * m, m) * m, inp)
 
 
 # ---- robust baselines ----------------------------------------------------------------------
@@ -159,7 +254,8 @@ def mc_grpo(inp: AdvInput, mad_eps: float = 1e-3, mad_zero: str = "eps") -> torc
     Per group: m = median(r), MAD = median(|r - m|), A_i = (r_i - m) / (MAD + mad_eps); no std scaling.
     The pivot (the rollout whose reward is the median; first index among ties) gets A = 0 *after* m
     and MAD are computed (spec E4), so G of the G+1 rollouts carry gradient. The learner's
-    `drop_zero_adv` (default on) then removes the pivot from the loss and its denominators.
+    `drop_zero_adv` (default on) then removes the pivot from the loss and its denominators
+    (unless kl_coef > 0: the pivot then still carries the KL gradient).
 
     mad_zero chooses what happens when MAD = 0 but r != m (binary rewards, the common case):
       "eps"  (official): divide by mad_eps, |A| = 1/mad_eps = 1000; finite but large, interacts with
@@ -172,7 +268,7 @@ def mc_grpo(inp: AdvInput, mad_eps: float = 1e-3, mad_zero: str = "eps") -> torc
     """
     if mad_zero not in ("eps", "sign", "std"):
         raise ValueError(f"mc-grpo: mad_zero must be 'eps', 'sign' or 'std', not {mad_zero!r}")
-    r = inp.rewards_N.float()
+    r = inp.rewards_N.double()
     adv = torch.zeros_like(r)
     for rows in group_rows(inp.group_N, inp.num_groups):
         x = r[rows]
@@ -187,7 +283,7 @@ def mc_grpo(inp: AdvInput, mad_eps: float = 1e-3, mad_zero: str = "eps") -> torc
             a = dev / (x.std() + 1e-6) if x.numel() > 1 else torch.zeros_like(x)
         a[(x == m).nonzero(as_tuple=True)[0][0]] = 0.0  # the pivot: first index among ties
         adv[rows] = a
-    return adv
+    return _as_rewards(adv, inp)
 
 
 @register("advantage", "gapo", provenance="CODE+INF",
@@ -209,7 +305,7 @@ def gapo(inp: AdvInput, tau: float = 0.5, find_method: str = "median", scale_std
         raise ValueError(f"gapo: find_method must be 'median' or 'mean', not {find_method!r}")
     if not 0 < tau <= 1:
         raise ValueError("gapo: tau must be in (0, 1]")
-    r = inp.rewards_N.float()
+    r = inp.rewards_N.double()
     adv = torch.zeros_like(r)
     for rows in group_rows(inp.group_N, inp.num_groups):
         n = rows.numel()
@@ -228,7 +324,7 @@ def gapo(inp: AdvInput, tau: float = 0.5, find_method: str = "median", scale_std
         if scale_std:
             a = a / (((x - q) ** 2).sum() / (n - 1)).sqrt().add(eps)
         adv[rows] = a
-    return adv
+    return _as_rewards(adv.masked_fill(group_flat(r, inp.group_N, inp.num_groups), 0.0), inp)
 
 
 # ---- token-level: KTAE ---------------------------------------------------------------------
@@ -332,8 +428,8 @@ def ktae(inp: AdvInput, alpha: float = 1.0, beta_ig: float = 1.0, tf_term: bool 
     """
     ids = _require(inp, "token_ids_NT", "ktae", "the response token ids, [N, T]")
     mask = _require(inp, "mask_NT", "ktae", "the response mask, [N, T]") > 0
-    r = inp.rewards_N.float()
-    base = grpo(inp, eps=eps)
+    r = inp.rewards_N.double()
+    base = _grpo64(r, inp.group_N, inp.num_groups, eps=eps)
     key = torch.zeros(ids.shape, dtype=torch.float64)
     for rows in group_rows(inp.group_N, inp.num_groups):
         if rows.numel() < 2:
@@ -346,7 +442,7 @@ def ktae(inp: AdvInput, alpha: float = 1.0, beta_ig: float = 1.0, tf_term: bool 
             sub = torch.zeros(m.shape, dtype=torch.float64)
             sub[m] = K[torch.searchsorted(U, ids[rows][m].long())]
             key[rows] = sub
-    return ((base[:, None].double() + key) * mask).float()
+    return _as_rewards((base[:, None] + key) * mask, inp)
 
 
 # ---- baselines from outside the group ------------------------------------------------------
@@ -469,9 +565,9 @@ def gd2po(inp: AdvInput, conflict: str = "snr", tau: float = 0.2, eps: float = 1
         raise ValueError(f"gd2po: conflict must be 'snr', 'hard' or 'none', not {conflict!r}")
     parts = _require(inp, "reward_parts_NK", "gd2po",
                      "the K reward components per rollout, [N, K]; use a reward function that returns "
-                     "{name: value}, e.g. --set task_options.reward_parts=true").float()
+                     "{name: value}, e.g. --set task_options.reward_parts=true").double()
     g, G = inp.group_N, inp.num_groups
-    adv_NK = torch.stack([grpo(AdvInput(parts[:, k], g), eps=eps) for k in range(parts.shape[1])], 1)
+    adv_NK = torch.stack([_grpo64(parts[:, k], g, G, eps=eps) for k in range(parts.shape[1])], 1)
     hard = (adv_NK > tol).any(1) & (adv_NK < -tol).any(1)
     total = adv_NK.sum(1)
     if conflict == "snr":
@@ -480,13 +576,13 @@ def gd2po(inp: AdvInput, conflict: str = "snr", tau: float = 0.2, eps: float = 1
         bad = hard
     else:
         bad = torch.zeros_like(hard)
-    keep = (~bad).float()
+    keep = (~bad).double()
     a = group_mean(keep, g, G) * keep * total
-    lens = inp.mask_NT.float().sum(1) if inp.mask_NT is not None else torch.ones_like(a)
+    lens = inp.mask_NT.double().sum(1) if inp.mask_NT is not None else torch.ones_like(a)
     w = keep * lens
     n = w.sum()
     if n <= 0:
-        return torch.zeros_like(a)
+        return _as_rewards(torch.zeros_like(a), inp)
     mean = (w * a).sum() / n
     var = (w * (a - mean) ** 2).sum() / n * (n / (n - 1) if n > 1 else 0.0)
-    return (a - mean) * torch.rsqrt(var + 1e-8) * keep
+    return _as_rewards((a - mean) * torch.rsqrt(var + 1e-8) * keep, inp)

@@ -75,9 +75,13 @@ def tis_token(ci: CorrectionInput, threshold: float = 2.0):
           summary="sequence TIS: weight min(prod_t pi_old/mu, C) broadcast to the sequence's tokens")
 def tis_seq(ci: CorrectionInput, threshold: float = 2.0):
     """Sequence-level truncated IS (same sources as `tis-token`). [CODE: verl rollout_is=sequence]
-    w = min(prod_t rho_t, C), computed in log space (no overflow), broadcast to every token."""
-    w = torch.exp(_seq_log_rho(ci).clamp(max=math.log(threshold)))
-    return torch.where(ci.mask_NT > 0, w[:, None].expand_as(ci.mask_NT), 1.0), _ones(ci)
+    w = min(prod_t rho_t, C), broadcast to every token. In log space: the token log-ratios are summed
+    unclamped, then the sum is clamped to [-20, 20] before exp, as verl does (so w >= e^-20). Clamping
+    each token first would make one e^25 token followed by an e^-24 one weigh e^0.5, not min(e^1.5, C)."""
+    m = ci.mask_NT > 0
+    log_rho = torch.where(m, ci.old_logp_NT.detach() - ci.behav_logp_NT.detach(), 0.0).sum(1)
+    w = torch.exp(log_rho.clamp(-_LOG_BOUND, _LOG_BOUND)).clamp(max=threshold)
+    return torch.where(m, w[:, None].expand_as(ci.mask_NT), 1.0), _ones(ci)
 
 
 @register("correction", "mis-token", provenance="CODE+INF",
@@ -85,9 +89,12 @@ def tis_seq(ci: CorrectionInput, threshold: float = 2.0):
 def mis_token(ci: CorrectionInput, threshold: float = 2.0, threshold_low: float | None = None,
               reweight: bool = False):
     """Token-level masked IS / rejection sampling (Liu, Li et al., 2025, "When Speed Kills Stability").
-    [CODE: verl rollout_rs=token; spec C6] keep_t = 1[C_low <= rho_t <= C_high], rho_t = pi_old/mu;
+    [CODE: verl rollout_rs=token_k1; spec C6] keep_t = 1[C_low <= rho_t <= C_high], rho_t = pi_old/mu;
     C_low defaults to 1/C_high (verl). Rejected tokens leave the loss; the denominator keeps the
-    original token count (AReaL's choice, spec E2; not verified for verl) [INF].
+    original token count (AReaL's choice, spec E2). verl differs: its rejection rewrites response_mask
+    before the update and the token counts come from that mask, so verl divides by the tokens *kept*.
+    verl's statistic is k1 = log(mu/pi_old) with bounds [log lo, log hi]: an asymmetric "lo_hi" spec
+    there keeps rho in [1/hi, 1/lo]; here threshold_low/threshold bound rho itself.
     reweight=True also multiplies kept tokens by rho_t (the blog's MIS: rho 1[rho <= C])."""
     lo = 1.0 / threshold if threshold_low is None else threshold_low
     lr = _log_rho(ci)
@@ -100,10 +107,14 @@ def mis_token(ci: CorrectionInput, threshold: float = 2.0, threshold_low: float 
           summary="sequence MIS: drop whole sequences whose ratio prod_t pi_old/mu exceeds C")
 def mis_seq(ci: CorrectionInput, threshold: float = 2.0, threshold_low: float | None = None,
             geometric: bool = False):
-    """Sequence-level masked IS / rejection (same sources as `mis-token`). [CODE: verl rollout_rs=sequence;
-    spec C6] Reject a sequence when prod_t rho_t > C (or < threshold_low when given).
+    """Sequence-level masked IS / rejection (same sources as `mis-token`).
+    [CODE: verl rollout_rs=seq_sum_k1 (geometric: seq_mean_k1); spec C6]
+    Reject a sequence when prod_t rho_t > C (or < threshold_low when given; verl's k1 spec "C" also
+    rejects below 1/C: pass threshold_low=1/C for that).
     geometric=True is Geo-RS: test exp(mean_t log rho_t) instead, which is length-invariant; use it with
-    thresholds close to 1 (e.g. 0.999-1.001)."""
+    thresholds close to 1 (e.g. 0.999-1.001). As in verl's rejection, each token's log-ratio is clamped
+    to [-20, 20] before the sum (unlike `tis-seq`, where verl clamps the sum). Denominators: see
+    `mis-token` (verl divides by the tokens kept)."""
     lr = _seq_log_rho(ci, geometric)
     ok = lr <= math.log(threshold)
     if threshold_low is not None:

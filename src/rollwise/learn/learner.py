@@ -15,7 +15,7 @@ from ..core import registry
 from ..core.types import Batch
 from .advantages import batch_input
 from .corrections import CorrectionInput
-from .losses import AggTotals, LossInput
+from .losses import KL_ESTIMATORS, AggTotals, LossInput, kl_penalty
 
 
 @dataclass
@@ -37,8 +37,12 @@ class LearnerConfig:
     correction_options: dict = field(default_factory=dict)
     recompose: str = "none"  # batch recomposition between Replay and the learner (RoRecomp, Shuffle-R1)
     recompose_options: dict = field(default_factory=dict)  # "advantage"/"advantage_options" override the above
-    kl_coef: float = 0.0  # KL(pi_theta || pi_ref) penalty (k3 estimator); needs a reference policy
-    drop_zero_adv: bool = True  # rows whose advantage is 0 everywhere carry no gradient: skip them
+    kl_coef: float = 0.0  # KL(pi_theta || pi_ref) penalty, aggregated like the loss; needs a reference policy
+    kl_estimator: str = "k3"  # verl's kl_loss_type names: k1|kl, abs, k2|mse, k3|low_var_kl, "+" = k2 gradient
+    # Skip rows whose advantage is 0 everywhere: without a KL term they carry no gradient. They also
+    # leave the denominators (token-mean counts only the rows kept). Ignored when kl_coef > 0, where
+    # such a row still carries the KL gradient.
+    drop_zero_adv: bool = True
     recompute_old: bool = True  # pi_old from a fresh forward (else: use the behaviour log-probs mu)
 
 
@@ -47,6 +51,8 @@ class Learner:
         self.policy, self.cfg, self.ref = policy, cfg, ref_policy
         if cfg.kl_coef > 0 and ref_policy is None:
             raise ValueError("kl_coef > 0 needs a reference policy")
+        if cfg.kl_estimator not in KL_ESTIMATORS:
+            raise ValueError(f"unknown kl_estimator {cfg.kl_estimator!r}; expected one of {', '.join(KL_ESTIMATORS)}")
         self.opt = torch.optim.AdamW(policy.model.parameters(), lr=cfg.lr, betas=cfg.betas,
                                      weight_decay=cfg.weight_decay)
         self.gen = torch.Generator().manual_seed(seed)  # minibatch shuffling
@@ -105,7 +111,7 @@ class Learner:
         stats["mean_abs_adv"] = float(adv_NT.abs().sum(1).div(mask_NT.sum(1).clamp(min=1)).mean())
 
         rows = torch.arange(len(rollouts))
-        if cfg.drop_zero_adv:
+        if cfg.drop_zero_adv and cfg.kl_coef == 0:  # a zero-advantage row still has a KL gradient
             rows = rows[(adv_NT != 0).any(1)]
         stats["learn_rows"] = int(rows.numel())
         if rows.numel() == 0:
@@ -131,9 +137,8 @@ class Learner:
                     weight, keep = self.correction(CorrectionInput(logp, old, beh, m), **cfg.correction_options)
                     m0, m = m, m * keep  # m0: pre-mask, for the denominators (spec E2)
                     loss_NT, lstats = self.loss(LossInput(logp, old, adv_NT[idx, :T], m, weight), **cfg.loss_options)
-                    if ref_NT is not None:  # k3 estimator of KL(pi || ref), Schulman 2020
-                        d = ref_NT[micro, :T] - logp
-                        kl_NT = torch.exp(d) - d - 1
+                    if ref_NT is not None:  # KL(pi || ref) per token (losses.kl_penalty)
+                        kl_NT = kl_penalty(logp, ref_NT[micro, :T], cfg.kl_estimator)
                         loss_NT = loss_NT + cfg.kl_coef * kl_NT
                         log["kl"] += float((kl_NT.detach() * m).sum()) / max(totals.tokens, 1)
                     loss = self.agg(loss_NT * keep, m0, totals, **cfg.loss_agg_options)

@@ -9,6 +9,12 @@ micro-batches gives exactly the minibatch value (micro-batching changes nothing 
 Every loss here is a per-token loss to *minimise*; at ratio 1 its gradient is the plain policy
 gradient -A * grad log pi. Correction weights (weight_NT) are detached and multiply the loss
 (spec E3: the PPO ratio is the only differentiated ratio). Provenance tags as in core/registry.py.
+
+Safety clamps, as verl 0.9.1: the token log-ratio log(pi_theta/pi_old) is clamped to [-20, 20] before
+exp in every token-ratio loss (ppo-clip, dual-clip, no-clip, m2po-clip, cispo), so one stale token
+cannot give a loss of 1e26 (ratio e^60 with A < 0 and dual-clip off); beyond the clamp the token has
+no gradient. GSPO clamps its sequence log-ratio at 10 (verl). The KL estimators (`kl_penalty`) clamp
+as verl's kl_penalty does (k3: log-ratio to [-20, 20], value to [-10, 10]).
 """
 from __future__ import annotations
 
@@ -35,8 +41,16 @@ class AggTotals:
     seqs: int  # sequences in the minibatch
 
 
+LOG_RATIO_BOUND = 20.0  # verl's clamp on log(pi_theta/pi_old) before exp (e^20 = 4.9e8)
+
+
 def _weighted(loss: torch.Tensor, lp: LossInput) -> torch.Tensor:
     return loss if lp.weight_NT is None else loss * lp.weight_NT
+
+
+def _ratio(lp: LossInput) -> torch.Tensor:
+    """pi_theta/pi_old per token, its log clamped to +-LOG_RATIO_BOUND (verl)."""
+    return torch.exp((lp.logp_NT - lp.old_logp_NT).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND))
 
 
 def _clipped(ratio, adv, clip_low, clip_high):
@@ -51,9 +65,11 @@ def ppo_clip(lp: LossInput, clip_low: float = 0.2, clip_high: float = 0.28):
     """PPO-clip (Schulman et al., 2017, "Proximal Policy Optimization Algorithms", arXiv 1707.06347)
     with DAPO's decoupled clip-higher bounds (Yu et al., 2025, "DAPO: An Open-Source LLM Reinforcement
     Learning System at Scale", arXiv 2503.14476). [CODE: verl core_algos compute_policy_loss]
-    L = -min(r A, clip(r, 1-eps_low, 1+eps_high) A), r = pi_theta/pi_old. With old = pi_prox and the
-    `areal-decoupled` correction weight this is AReaL's decoupled objective (spec C3)."""
-    ratio = torch.exp(lp.logp_NT - lp.old_logp_NT)
+    L = -min(r A, clip(r, 1-eps_low, 1+eps_high) A), r = pi_theta/pi_old (log r clamped to +-20, verl).
+    verl's `vanilla` loss always adds the dual clip for A < 0 (clip_ratio_c = 3); this is it with the
+    dual clip off (see `dual-clip`). With old = pi_prox and the `areal-decoupled` correction weight
+    this is AReaL's decoupled objective (spec C3)."""
+    ratio = _ratio(lp)
     loss, clipped = _clipped(ratio, lp.adv_NT, clip_low, clip_high)
     return _weighted(loss, lp), {"clipped_NT": clipped.detach(), "ratio_NT": ratio.detach()}
 
@@ -68,7 +84,7 @@ def dual_clip(lp: LossInput, clip_low: float = 0.2, clip_high: float = 0.28, cli
     stale off-policy tokens. verl's default c = 3; CoPRIS/TreePO recipes use c = 10."""
     if clip_c <= 1:
         raise ValueError("dual-clip: clip_c must be > 1")
-    ratio = torch.exp(lp.logp_NT - lp.old_logp_NT)
+    ratio = _ratio(lp)
     adv = lp.adv_NT
     l1, clipped = _clipped(ratio, adv, clip_low, clip_high)
     l3 = -adv * clip_c
@@ -106,9 +122,38 @@ def no_clip(lp: LossInput):
     """Unclipped surrogate L = -A r, r = pi_theta/pi_old. M2PO ("Prosperity before Collapse: How Far Can
     Off-Policy RL Reach with Stale Data on LLMs?", arXiv 2510.01161) trains this with the `m2po`
     token mask instead of a PPO clip [CODE: AReaL actor m2po path; spec C4]."""
-    ratio = torch.exp(lp.logp_NT - lp.old_logp_NT)
+    ratio = _ratio(lp)
     return _weighted(-lp.adv_NT * ratio, lp), {"clipped_NT": torch.zeros_like(ratio, dtype=torch.bool),
                                               "ratio_NT": ratio.detach()}
+
+
+@register("loss", "cispo", provenance="CODE+INF",
+          summary="CISPO: -sg(clip(r, 1-eps_l, 1+eps_h)) A log pi; every token keeps its gradient")
+def cispo(lp: LossInput, clip_low: float = 1.0, clip_high: float = 0.28):
+    """CISPO (MiniMax, 2025, "MiniMax-M1: Scaling Test-Time Compute Efficiently with Lightning
+    Attention", arXiv 2506.13585). [CODE: verl core_algos compute_policy_loss_cispo]
+    L = -sg(clip(r, 1-eps_low, 1+eps_high)) A log pi_theta, r = pi_theta/pi_old (log r clamped to +-20).
+    PPO's clip zeroes the gradient of a clipped token, so rare high-ratio tokens ("However", "Wait")
+    stop learning after one update; CISPO clips the detached IS weight instead and keeps every token's
+    gradient w A grad log pi. The loss *value* is -w A log pi (verl's), not -w A.
+    Defaults [INF]: clip_low = 1 (no lower bound: the paper sets eps_low large and tunes only eps_high),
+    clip_high = 0.28 (rollwise's clip-higher; the paper's value is not recorded here)."""
+    ratio = _ratio(lp)
+    clipped_ratio = ratio.clamp(1 - clip_low, 1 + clip_high)
+    loss = -clipped_ratio.detach() * lp.adv_NT * lp.logp_NT
+    return _weighted(loss, lp), {"clipped_NT": (ratio != clipped_ratio).detach(), "ratio_NT": ratio.detach()}
+
+
+@register("loss", "gpg", provenance="CODE",
+          summary="GPG: plain policy gradient -A log pi (no ratio, no clip)")
+def gpg(lp: LossInput):
+    """GPG (Chu et al., 2025, "GPG: A Simple and Strong Reinforcement Learning Baseline for Model
+    Reasoning", arXiv 2504.02546). [CODE: verl core_algos compute_policy_loss_gpg]
+    L = -A log pi_theta: the REINFORCE objective itself, no surrogate, no trust region; meant for one
+    on-policy step per batch (minibatches=1, epochs=1), where pi_old = pi_theta. Pair with the `gpg`
+    advantage. The loss value is -A log pi, not -A."""
+    loss = -lp.adv_NT * lp.logp_NT
+    return _weighted(loss, lp), {"clipped_NT": torch.zeros_like(loss, dtype=torch.bool)}
 
 
 def m2po_tau(delta2: torch.Tensor, budget: float) -> float:
@@ -142,7 +187,7 @@ def m2po_clip(lp: LossInput, budget: float = 0.04, min_clip_low: float = 0.3, mi
     Bug in the official release: `_solve_tau_from_sorted_delta2` returns the breakpoint *below* the
     solution (and a bare number instead of a tuple on one branch); the exact tau is used here.
     tau is computed over the tokens of the call (the micro-batch)."""
-    ratio = torch.exp(lp.logp_NT - lp.old_logp_NT)
+    ratio = _ratio(lp)
     with torch.no_grad():
         a, m = lp.adv_NT, lp.mask_NT > 0
         harmful = m & (((a > 1e-12) & (ratio > 1 + 1e-12)) | ((a < -1e-12) & (ratio < 1 - 1e-12)))
@@ -154,6 +199,43 @@ def m2po_clip(lp: LossInput, budget: float = 0.04, min_clip_low: float = 0.3, mi
                                  "clip_low": clip_low, "clip_high": clip_high}
 
 
+# ---- KL(pi_theta || pi_ref) estimators (the learner's `kl_estimator`) ---------------------------
+
+def _kl_forward(logp_NT: torch.Tensor, ref_NT: torch.Tensor, name: str) -> torch.Tensor:
+    if name in ("k1", "kl"):
+        return logp_NT - ref_NT
+    if name == "abs":
+        return (logp_NT - ref_NT).abs()
+    if name in ("k2", "mse"):
+        return 0.5 * (logp_NT - ref_NT) ** 2
+    if name in ("k3", "low_var_kl"):
+        d = (ref_NT - logp_NT).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
+        return (torch.exp(d) - d - 1).clamp(-10.0, 10.0)
+    raise ValueError(f"unknown kl_estimator {name!r}; expected one of {', '.join(KL_ESTIMATORS)}")
+
+
+KL_ESTIMATORS = ("k1", "kl", "abs", "k2", "mse", "k3", "low_var_kl", "k1+", "kl+", "abs+", "k3+", "low_var_kl+")
+
+
+def kl_penalty(logp_NT: torch.Tensor, ref_NT: torch.Tensor, name: str = "k3") -> torch.Tensor:
+    """Per-token estimate of KL(pi_theta || pi_ref) from the sampled tokens' log-probs, named as verl's
+    `kl_penalty` / `kl_loss_type` (Schulman 2020, "Approximating KL Divergence").
+    [CODE: verl core_algos kl_penalty, kl_penalty_forward] With d = log pi_ref - log pi_theta:
+      k1 / kl:          -d (unbiased value; its gradient has expectation 0: no pull towards ref);
+      abs:              |d|;
+      k2 / mse:         d^2 / 2 (biased value; its gradient is the true KL gradient on-policy);
+      k3 / low_var_kl:  e^d - d - 1 >= 0 (unbiased, low variance), d clamped to [-20, 20] and the value
+                        to at most 10, as verl: the cap bounds e^d when pi_ref >> pi_theta, but a token
+                        with d > 2.61 or d < -11.0 (pi_theta/pi_ref > 6e4) then gets no KL gradient;
+      a trailing "+" (k1+, k3+, ...): that value, with k2's gradient (straight-through).
+    """
+    if name.endswith("+") and name[:-1] not in ("k2", "mse"):
+        value = _kl_forward(logp_NT, ref_NT, name[:-1])
+        k2 = 0.5 * (logp_NT - ref_NT) ** 2
+        return k2 - k2.detach() + value.detach()
+    return _kl_forward(logp_NT, ref_NT, name.rstrip("+"))
+
+
 # ---- aggregations -----------------------------------------------------------------------------
 
 @register("aggregation", "token-mean", provenance="CODE",
@@ -162,6 +244,14 @@ def token_mean(loss_NT, mask_NT, totals: AggTotals):
     """Every token of the minibatch weighs the same (DAPO, arXiv 2503.14476). [CODE: verl agg_loss
     token-mean] (1/sum_i |o_i|) sum_i sum_t l_{i,t}."""
     return (loss_NT * mask_NT).sum() / max(totals.tokens, 1)
+
+
+@register("aggregation", "token-sum", provenance="CODE",
+          summary="sum of per-token losses (no normalisation): the gradient grows with the token count")
+def token_sum(loss_NT, mask_NT, totals: AggTotals):
+    """sum_i sum_t l_{i,t}, unnormalised. [CODE: verl agg_loss token-sum] Longer responses and bigger
+    batches give proportionally bigger gradients; scale lr (or use grad clipping) accordingly."""
+    return (loss_NT * mask_NT).sum()
 
 
 @register("aggregation", "seq-mean-token-mean", provenance="CODE",
@@ -182,7 +272,7 @@ def seq_mean_token_sum_norm(loss_NT, mask_NT, totals: AggTotals, max_len: int | 
     seq-mean-token-sum-norm] Set max_len to the generation budget (max new tokens). Without it the
     padded width of the call is used, as verl does (its own TODO notes this divisor is not constant);
     that width varies between micro-batches, so pass max_len whenever micro-batching is on.
-    Follows the spec's formula (divides by the sequence count too; verl divides by L only)."""
+    Like verl (its loss_scale_factor is L), this divides by the sequence count and by L."""
     L = max_len if max_len is not None else mask_NT.shape[1]
     return (loss_NT * mask_NT).sum() / (max(totals.seqs, 1) * max(L, 1))
 
