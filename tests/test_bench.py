@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from rollwise.bench.report import median_ratio, run_figures, table_cells, write_report
-from rollwise.bench.runner import BenchConfig, run_command, run_dir
+from rollwise.bench.runner import BenchConfig, progress_line, run_command, run_dir
 
 
 def curve(accs, tokens_per_step=100, zv=0.5):
@@ -105,3 +105,15 @@ def test_run_command_pins_everything_but_the_planner(tmp_path):
     diff = [(x, y) for x, y in zip(a, b) if x != y]
     assert all("greso" in y for _, y in diff) and len(a) == len(b)
     assert 'budget_tokens=1234' in a and 'learner.lr=0.5' in a
+
+
+def test_progress_line_reads_a_running_runs_metrics(tmp_path):
+    cfg = BenchConfig(out=str(tmp_path), budget_tokens=40_000)
+    key = ("default", "uniform", 0)
+    assert progress_line(cfg, key) is None  # not started
+    d = run_dir(cfg, *key)
+    d.mkdir(parents=True)
+    rows = [{"step": 0, "tokens": 0, "eval_acc": 0.473}, {"step": 5, "tokens": 6100, "eval_acc": 0.51},
+            {"step": 12, "tokens": 14_210}]
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 13, "tok')
+    assert progress_line(cfg, key) == "bench: default/uniform/seed0 step 12 tokens 14.2k/40k acc 0.510"
