@@ -3,7 +3,7 @@ import json
 import numpy as np
 import pytest
 
-from rollwise.bench.report import median_ratio, run_figures, table_cells, write_report
+from rollwise.bench.report import markdown_table, median_ratio, run_figures, table_cells, write_report
 from rollwise.bench.runner import BenchConfig, progress_line, run_command, run_dir
 
 
@@ -117,3 +117,14 @@ def test_progress_line_reads_a_running_runs_metrics(tmp_path):
             {"step": 12, "tokens": 14_210}]
     (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 13, "tok')
     assert progress_line(cfg, key) == "bench: default/uniform/seed0 step 12 tokens 14.2k/40k acc 0.510"
+
+
+def test_markdown_table_still_reads_a_summary_written_before_the_new_figures():
+    old = {"ratio": 1.0, "ci_low": 0.0, "ci_high": float("inf"), "reached": 4, "runs": 5, "final_acc": 0.528,
+           "final_acc_sd": 0.011, "tokens_per_useful_group": 63, "zero_var_frac_gen": 0.38, "mean_abs_adv": 0.494,
+           "wall_ratio": 1.0}
+    table = markdown_table({"seeds": 5, "mixes": {"default": {"target_acc": 0.527, "planners": {"uniform": old}}}},
+                           "default")
+    assert "Target held-out accuracy 0.527." in table
+    assert "| uniform | — | — | — | — | 1.00 [0, inf] | — (4/5 runs) | 0.528 ± 0.011 |" in table
+    assert {len(table_cells(x)) for x in table.splitlines() if x.startswith("|")} == {12}

@@ -146,7 +146,7 @@ def summarize(cfg: BenchConfig, target: float | None = None, seed: int = 0) -> d
 
 
 def _signed(x: float) -> str:
-    return f"{round(x, 3) + 0.0:+.3f}"  # + 0.0: no "-0.000" for a tiny negative
+    return f"{x:+.3f}"  # a tiny negative shows as -0.000: an interval's end just below 0 explains its verdict
 
 
 def _fmt_diff(d: dict | None) -> str:
@@ -180,8 +180,9 @@ def target_sentence(summary: dict, mix: str) -> str:
     m = summary["mixes"][mix]
     if m.get("target_fixed"):
         return f"Target held-out accuracy {m['target_acc']:.3f} (given)."
-    ci = m.get("target_ci")
-    ci = f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""
+    if "target_ci" not in m:  # a summary written before the target had an interval
+        return f"Target held-out accuracy {m['target_acc']:.3f}."
+    ci = f" [{m['target_ci'][0]:.3f}, {m['target_ci'][1]:.3f}]"
     return (f"Target held-out accuracy {m['target_acc']:.3f}{ci}: GRPO's mean final accuracy at the budget, "
             f"from smoothed curves, redrawn in every bootstrap resample.")
 
@@ -270,9 +271,9 @@ def _mean_band(rs: list[list[dict]], grid: np.ndarray) -> tuple[np.ndarray, np.n
     return c.mean(axis=0), c.min(axis=0), c.max(axis=0)
 
 
-def plots(cfg: BenchConfig, out: Path, summary: dict) -> list[tuple[str, str]]:
+def plots(cfg: BenchConfig, out: Path, summary: dict) -> dict[str, list[tuple[str, str]]]:
     """Per mix: accuracy curves (one panel per planner, against GRPO), the differences with intervals,
-    and the waste. Returns (file name, caption) pairs."""
+    and the waste. Returns each mix's (file name, caption) pairs."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -280,8 +281,9 @@ def plots(cfg: BenchConfig, out: Path, summary: dict) -> list[tuple[str, str]]:
 
     budget = float(cfg.budget_tokens)
     grid = np.linspace(0, budget, 201)
-    names = []
+    names: dict[str, list[tuple[str, str]]] = {}
     for mix in cfg.mixes:
+        names[mix] = []
         runs = {p: [r for r in rs if r] for p, rs in load_runs(cfg, mix).items()}
         m = summary["mixes"][mix]
         order = [p for p, _ in _order(m["planners"])]
@@ -321,7 +323,7 @@ def plots(cfg: BenchConfig, out: Path, summary: dict) -> list[tuple[str, str]]:
         name = f"plot_{mix}.png"
         fig.savefig(out / name, dpi=80)
         plt.close(fig)
-        names.append((name, f"Accuracy vs generated tokens, mix `{mix}`: each planner (colour: green if its "
+        names[mix].append((name, f"Accuracy vs generated tokens, mix `{mix}`: each planner (colour: green if its "
                             f"mean accuracy over the budget is above GRPO's, red if below) against GRPO (grey). "
                             f"Lines are means over seeds, bands the min–max of seeds; dashed line: the target. "
                             f"Panel titles: Δ mean accuracy over the budget [95% CI]."))
@@ -348,7 +350,7 @@ def plots(cfg: BenchConfig, out: Path, summary: dict) -> list[tuple[str, str]]:
         name = f"plot_{mix}_diff.png"
         fig.savefig(out / name, dpi=80)
         plt.close(fig)
-        names.append((name, f"Differences against GRPO on the same seed, mix `{mix}`: dot = mean over seeds, bar "
+        names[mix].append((name, f"Differences against GRPO on the same seed, mix `{mix}`: dot = mean over seeds, bar "
                             f"= 95% bootstrap interval over seeds; green/red: the interval excludes 0 with "
                             f"enough seeds for a verdict."))
 
@@ -369,7 +371,7 @@ def plots(cfg: BenchConfig, out: Path, summary: dict) -> list[tuple[str, str]]:
         name = f"plot_{mix}_waste.png"
         fig.savefig(out / name, dpi=80)
         plt.close(fig)
-        names.append((name, f"Waste, mix `{mix}`: the share of generated groups whose rewards are all equal "
+        names[mix].append((name, f"Waste, mix `{mix}`: the share of generated groups whose rewards are all equal "
                             f"(they teach nothing), and generated tokens per group that does teach; dashed: GRPO."))
     return names
 
@@ -407,7 +409,7 @@ def write_report(cfg: BenchConfig, command: str, target: float | None = None) ->
             md += ["Runs whose evaluations stop before the budget (their last accuracy is held to the budget): "
                    + ", ".join(f"{p} {n}" for p, n in held.items()) + ".", ""]
         md += [fractions_table(summary, mix), "", purpose_table(summary, mix), ""]
-        md += [f"![{name}]({name})\n\n{caption}\n" for name, caption in pngs if name.startswith(f"plot_{mix}")]
+        md += [f"![{name}]({name})\n\n{caption}\n" for name, caption in pngs[mix]]
     text = "\n".join(md)
     (out / "report.md").write_text(text)
     (out / "report.html").write_text(_html(text))
