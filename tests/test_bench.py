@@ -1,4 +1,5 @@
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -128,3 +129,21 @@ def test_markdown_table_still_reads_a_summary_written_before_the_new_figures():
     assert "Target held-out accuracy 0.527." in table
     assert "| uniform | — | — | — | — | 1.00 [0, inf] | — (4/5 runs) | 0.528 ± 0.011 |" in table
     assert {len(table_cells(x)) for x in table.splitlines() if x.startswith("|")} == {12}
+
+
+def test_run_all_reports_progress_while_runs_go(tmp_path, monkeypatch):
+    from rollwise.bench import runner
+
+    # a stand-in for `rollwise train`: writes two metrics rows, a second apart
+    script = ("import json, sys, time\n"
+              "f = open(sys.argv[1], 'a')\n"
+              "for row in ({'step': 0, 'tokens': 0, 'eval_acc': 0.473}, {'step': 3, 'tokens': 2500}):\n"
+              "    f.write(json.dumps(row) + '\\n'); f.flush(); time.sleep(1.0)\n")
+    monkeypatch.setattr(runner, "_ensure_base", lambda cfg, log: None)
+    monkeypatch.setattr(runner, "run_command", lambda cfg, *key: [
+        sys.executable, "-c", script, str(run_dir(cfg, *key) / "metrics.jsonl")])
+    monkeypatch.setattr(runner, "PROGRESS_EVERY_S", 0.5)
+    logs = []
+    runner.run_all(BenchConfig(out=str(tmp_path), planners=["uniform"], seeds=1, budget_tokens=4000), log=logs.append)
+    assert "bench: default/uniform/seed0 step 3 tokens 2.5k/4k acc 0.473" in logs
+    assert logs[-1].startswith("bench: done default/uniform/seed0")
