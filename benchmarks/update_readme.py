@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rollwise.bench.report import markdown_table
+from rollwise.bench.report import legend, markdown_table
 
 ROOT = Path(__file__).resolve().parent.parent
 START, END = "<!-- results:start -->", "<!-- results:end -->"
@@ -26,7 +26,7 @@ def section(path: Path, title: str) -> str:
 
 
 def main() -> None:
-    parts = []
+    parts = [legend(), ""]  # once, above the tables it explains
     for name, title in (("bench_full", "Every planner, default mix"),
                         ("bench_120k", "Three times the budget on a 1,000-prompt pool, 11 planners"),
                         ("bench_pc_tuned", "Pilot-Commit with a smaller pilot (documented knobs)"),

@@ -1,9 +1,11 @@
 import json
+import sys
 
 import numpy as np
+import pytest
 
-from rollwise.bench.report import bootstrap_ratio, run_figures, summarize, tokens_to_target, write_report
-from rollwise.bench.runner import BenchConfig, run_command, run_dir
+from rollwise.bench.report import markdown_table, median_ratio, run_figures, table_cells, write_report
+from rollwise.bench.runner import BenchConfig, progress_line, run_command, run_dir
 
 
 def curve(accs, tokens_per_step=100, zv=0.5):
@@ -15,42 +17,87 @@ def curve(accs, tokens_per_step=100, zv=0.5):
     return rows
 
 
-def test_tokens_to_target_is_the_first_crossing_after_step_0():
-    rows = curve([0.9, 0.4, 0.5, 0.7, 0.6])  # step 0 above target must not count
-    assert tokens_to_target(rows, 0.6) == 300 and tokens_to_target(rows, 0.95) == float("inf")
-    f = run_figures(rows, 0.6)
-    # 4 groups per step, half zero-variance -> 2 useful groups per step, 400 tokens -> 8 useful groups
-    assert f["tokens_per_useful_group"] == 400 / 8 and f["final_acc"] == 0.6 and f["base_acc"] == 0.9
+def test_run_figures_read_at_the_exact_budget():
+    rows = curve([0.4, 0.5, 0.7, 0.6])  # evals at 0, 100, 200, 300 tokens
+    f = run_figures(rows, 0.65, budget=250)
+    # 4 groups per step, half zero-variance -> 2 useful groups per step; 300 tokens / 6 useful groups
+    assert f["tokens_per_useful_group"] == 300 / 6 and f["base_acc"] == 0.4
+    assert f["final_acc"] == pytest.approx(0.65)  # halfway between 0.7 (200) and 0.6 (300)
+    # trapezoids to 250: 45 + 60 + (0.7 + 0.65) / 2 * 50 = 138.75
+    assert f["auc"] == pytest.approx(138.75 / 250) and f["covers_budget"]
+    # smoothed (3 evals): (0, 0.4), (50, 0.45), (100, 0.533), (200, 0.6), held: never 0.65
+    assert f["tokens_to_target"] == np.inf
+    assert not run_figures(rows, 0.5, budget=400)["covers_budget"]
+    assert run_figures(rows, 0.5)["final_acc"] == 0.6  # no budget: the last eval
 
 
-def test_bootstrap_ratio_point_and_interval():
-    rng = np.random.default_rng(0)
-    base, half = np.array([1000.0, 1100, 900]), np.array([500.0, 550, 450])
-    r, lo, hi = bootstrap_ratio(base, half, rng)
-    assert r == 2.0 and lo <= 2.0 <= hi and lo > 1.0
-    r, lo, hi = bootstrap_ratio(base, np.array([np.inf, np.inf, 500.0]), rng)
-    assert r == 0.0  # the median run never reached the target
-    # two seeds, one unreached: the lower median is the reached run, not inf
-    r, _, _ = bootstrap_ratio(np.array([1000.0, np.inf]), np.array([500.0, np.inf]), rng)
-    assert r == 2.0
+def test_median_ratio_kept_for_sim_rank():
+    assert median_ratio(np.array([1000.0, 1100, 900]), np.array([500.0, 550, 450])) == 2.0
+    assert median_ratio(np.array([1000.0, 1100]), np.array([np.inf, np.inf])) == 0.0
+    assert median_ratio(np.array([1000.0, np.inf]), np.array([500.0, np.inf])) == 2.0  # lower median
+
+
+def write_runs(cfg, curves):
+    for p, (accs, tps) in curves.items():
+        for s in range(cfg.seeds):
+            d = run_dir(cfg, "default", p, s)
+            d.mkdir(parents=True)
+            (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in curve(accs, tps)))
+
+
+def html_rows(page: str) -> list[tuple[int, int]]:
+    """(header cells, data cells) of each table row of the first table."""
+    table = page[page.index("<table>"): page.index("</table>")]
+    return [(r.count("<th>"), r.count("<td>")) for r in table.split("<tr>")[1:]]
 
 
 def test_summary_and_report_from_run_dirs(tmp_path):
-    cfg = BenchConfig(out=str(tmp_path), planners=["uniform", "fast"], seeds=2)
-    for s in range(2):
-        for p, tps in (("uniform", 100), ("fast", 50)):
-            d = run_dir(cfg, "default", p, s)
-            d.mkdir(parents=True)
-            (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in curve([0.4, 0.5, 0.6, 0.7], tps)))
+    cfg = BenchConfig(out=str(tmp_path), planners=["uniform", "fast"], seeds=2, budget_tokens=300)
+    # same accuracies per step; fast spends 50 tokens a step, GRPO 100 -> evals at 0..150 vs 0..300 tokens
+    write_runs(cfg, {"uniform": ([0.4, 0.5, 0.6, 0.7], 100), "fast": ([0.4, 0.5, 0.6, 0.7], 50)})
     summary = write_report(cfg, "rollwise bench --test")
     m = summary["mixes"]["default"]
-    assert m["target_acc"] == 0.7
-    assert m["planners"]["fast"]["ratio"] == 2.0 and m["planners"]["uniform"]["ratio"] == 1.0
-    for f in ("summary.json", "report.md", "report.html", "plot_default.png"):
-        assert (tmp_path / f).exists()
+    # GRPO's smoothed curve (3 evals) ends at (200, 0.6) and is held: the target is 0.6, reached at 200
+    # tokens; fast's smoothed curve reaches 0.6 at 100 tokens -> ratio 2 in every resample
+    assert m["target_acc"] == pytest.approx(0.6) and m["target_ci"] == pytest.approx([0.6, 0.6])
+    f, u = m["planners"]["fast"], m["planners"]["uniform"]
+    assert f["ratio"] == pytest.approx(2.0) and (f["ci_low"], f["ci_high"]) == pytest.approx((2.0, 2.0))
+    assert u["ratio"] == 1.0 and f["reach_frac"] == 1.0 and f["reached"] == 2
+    # mean accuracy over 300 tokens: GRPO 0.4 -> 0.7 linearly = 0.55; fast 0.55 over 0-150, then 0.7 held:
+    # (82.5 + 105) / 300 = 0.625
+    assert u["auc"] == pytest.approx(0.55) and f["auc"] == pytest.approx(0.625)
+    assert f["auc_diff"] == pytest.approx({"diff": 0.075, "lo": 0.075, "hi": 0.075})
+    # at 75, 150, 225, 300 tokens: GRPO 0.475, 0.55, 0.625, 0.7; fast 0.55, 0.7, 0.7, 0.7
+    assert [f["acc_diff"][k]["diff"] for k in ("25", "50", "75", "100")] == pytest.approx([0.075, 0.15, 0.075, 0])
+    assert f["verdict"] == "too few seeds" and f["held_runs"] == 2 and u["held_runs"] == 0
+    for name in ("summary.json", "report.md", "report.html", "plot_default.png", "plot_default_diff.png",
+                 "plot_default_waste.png"):
+        assert (tmp_path / name).exists()
     report = (tmp_path / "report.md").read_text()
-    assert "| fast | 2.00" in report
+    assert "| fast | 0.625 | +0.075 [+0.075, +0.075] | too few seeds |" in report
+    assert "2 seeds decide nothing" in report and "held to the budget): fast 2" in report
     assert "| planner | train |" in report and "| fast | 150 |" in report  # tokens by purpose: 3 steps x 50
+    page = (tmp_path / "report.html").read_text()
+    rows = html_rows(page)
+    assert rows[0][0] == 12 and all(td == 12 for _, td in rows[1:])  # the escaped |A| is one cell
+    assert "mean |A|" in page and "<code>rollwise bench --test</code>" in page and "`" not in page
+
+
+def test_verdicts_with_enough_seeds(tmp_path):
+    cfg = BenchConfig(out=str(tmp_path), planners=["uniform", "fast", "slow"], seeds=5, budget_tokens=300)
+    write_runs(cfg, {"uniform": ([0.4, 0.5, 0.6, 0.7], 100), "fast": ([0.4, 0.5, 0.6, 0.7], 50),
+                     "slow": ([0.4, 0.5, 0.6, 0.7], 200)})
+    summary = write_report(cfg, "rollwise bench --test")
+    m = summary["mixes"]["default"]["planners"]
+    assert (m["fast"]["verdict"], m["slow"]["verdict"], m["uniform"]["verdict"]) == ("higher", "lower", "baseline")
+    report = (tmp_path / "report.md").read_text()
+    assert "Higher, interval above 0: fast. Lower, interval below 0: slow." in report
+    # slow's curve reaches 0.55 at 300 tokens and never the target 0.6
+    assert m["slow"]["ratio"] == 0.0 and m["slow"]["reach_frac"] == 0.0 and "| not reached |" in report
+
+
+def test_table_cells_split_on_unescaped_pipes_only():
+    assert table_cells("| a | mean \\|A\\| | b |") == ["a", "mean |A|", "b"]
 
 
 def test_run_command_pins_everything_but_the_planner(tmp_path):
@@ -59,3 +106,44 @@ def test_run_command_pins_everything_but_the_planner(tmp_path):
     diff = [(x, y) for x, y in zip(a, b) if x != y]
     assert all("greso" in y for _, y in diff) and len(a) == len(b)
     assert 'budget_tokens=1234' in a and 'learner.lr=0.5' in a
+
+
+def test_progress_line_reads_a_running_runs_metrics(tmp_path):
+    cfg = BenchConfig(out=str(tmp_path), budget_tokens=40_000)
+    key = ("default", "uniform", 0)
+    assert progress_line(cfg, key) is None  # not started
+    d = run_dir(cfg, *key)
+    d.mkdir(parents=True)
+    rows = [{"step": 0, "tokens": 0, "eval_acc": 0.473}, {"step": 5, "tokens": 6100, "eval_acc": 0.51},
+            {"step": 12, "tokens": 14_210}]
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 13, "tok')
+    assert progress_line(cfg, key) == "bench: default/uniform/seed0 step 12 tokens 14.2k/40k acc 0.510"
+
+
+def test_markdown_table_still_reads_a_summary_written_before_the_new_figures():
+    old = {"ratio": 1.0, "ci_low": 0.0, "ci_high": float("inf"), "reached": 4, "runs": 5, "final_acc": 0.528,
+           "final_acc_sd": 0.011, "tokens_per_useful_group": 63, "zero_var_frac_gen": 0.38, "mean_abs_adv": 0.494,
+           "wall_ratio": 1.0}
+    table = markdown_table({"seeds": 5, "mixes": {"default": {"target_acc": 0.527, "planners": {"uniform": old}}}},
+                           "default")
+    assert "Target held-out accuracy 0.527." in table
+    assert "| uniform | — | — | — | — | 1.00 [0, inf] | — (4/5 runs) | 0.528 ± 0.011 |" in table
+    assert {len(table_cells(x)) for x in table.splitlines() if x.startswith("|")} == {12}
+
+
+def test_run_all_reports_progress_while_runs_go(tmp_path, monkeypatch):
+    from rollwise.bench import runner
+
+    # a stand-in for `rollwise train`: writes two metrics rows, a second apart
+    script = ("import json, sys, time\n"
+              "f = open(sys.argv[1], 'a')\n"
+              "for row in ({'step': 0, 'tokens': 0, 'eval_acc': 0.473}, {'step': 3, 'tokens': 2500}):\n"
+              "    f.write(json.dumps(row) + '\\n'); f.flush(); time.sleep(1.0)\n")
+    monkeypatch.setattr(runner, "_ensure_base", lambda cfg, log: None)
+    monkeypatch.setattr(runner, "run_command", lambda cfg, *key: [
+        sys.executable, "-c", script, str(run_dir(cfg, *key) / "metrics.jsonl")])
+    monkeypatch.setattr(runner, "PROGRESS_EVERY_S", 0.5)
+    logs = []
+    runner.run_all(BenchConfig(out=str(tmp_path), planners=["uniform"], seeds=1, budget_tokens=4000), log=logs.append)
+    assert "bench: default/uniform/seed0 step 3 tokens 2.5k/4k acc 0.473" in logs
+    assert logs[-1].startswith("bench: done default/uniform/seed0")

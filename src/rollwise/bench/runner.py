@@ -24,6 +24,9 @@ MIXES = {
 }
 
 
+PROGRESS_EVERY_S = 10  # how often run_all prints where each running run is
+
+
 @dataclass
 class BenchConfig:
     out: str = "bench-out"
@@ -84,6 +87,7 @@ def run_all(cfg: BenchConfig, log=print) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "ROLLWISE_PROGRESS": "0"}
     running: list[tuple[subprocess.Popen, tuple, float]] = []
     failures = []
+    last_progress = time.perf_counter()
     while todo or running:
         while todo and len(running) < cfg.jobs:
             key = todo.pop(0)
@@ -93,6 +97,10 @@ def run_all(cfg: BenchConfig, log=print) -> None:
             proc = subprocess.Popen(run_command(cfg, *key), stdout=logf, stderr=subprocess.STDOUT, env=env)
             running.append((proc, key, time.perf_counter()))
         time.sleep(0.2)
+        if time.perf_counter() - last_progress >= PROGRESS_EVERY_S:  # runs take minutes: say where they are
+            last_progress = time.perf_counter()
+            for line in filter(None, (progress_line(cfg, key) for _, key, _ in running)):
+                log(line)
         for item in list(running):
             proc, key, t0 = item
             if proc.poll() is None:
@@ -107,6 +115,24 @@ def run_all(cfg: BenchConfig, log=print) -> None:
                 log(f"bench: FAILED {key[0]}/{key[1]}/seed{key[2]} (exit {proc.returncode}); see {d / 'train.log'}")
     if failures:
         raise RuntimeError(f"{len(failures)} bench runs failed: {failures}")
+
+
+def progress_line(cfg: BenchConfig, key: tuple) -> str | None:
+    """Where a running run is, from its metrics so far: `bench: default/uniform/seed0 step 12 tokens
+    14.2k/40k acc 0.51` (acc: its latest evaluation). None before its first row."""
+    f = run_dir(cfg, *key) / "metrics.jsonl"
+    rows = []
+    for line in f.read_text().splitlines() if f.exists() else []:
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:  # the line being written
+            continue
+    if not rows:
+        return None
+    accs = [r["eval_acc"] for r in rows if "eval_acc" in r]
+    acc = f" acc {accs[-1]:.3f}" if accs else ""
+    return (f"bench: {key[0]}/{key[1]}/seed{key[2]} step {rows[-1]['step']} tokens "
+            f"{rows[-1]['tokens'] / 1e3:.1f}k/{cfg.budget_tokens / 1e3:g}k{acc}")
 
 
 def _ensure_base(cfg: BenchConfig, log) -> None:

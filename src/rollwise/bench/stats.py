@@ -1,0 +1,231 @@
+"""Bench statistics: what a planner's accuracy-vs-tokens curve says against GRPO's, with intervals.
+
+Pure functions over a run's metrics rows (one dict per step, as `metrics.jsonl` holds them). Only the
+rows that carry `eval_acc` matter here; their `tokens` is the cumulative generated tokens counted
+against the budget. Nothing assumes a fixed spacing of evaluations in steps or in tokens.
+
+The figures, from most to least robust:
+- **Mean accuracy over the budget** (`auc`): the area under the accuracy-vs-tokens curve from 0 to the
+  budget, divided by the budget. It uses every evaluation, so one noisy eval moves it little. It is the
+  headline: a planner that learns faster per token has a higher curve, hence a higher area.
+- **Accuracy at 25/50/75/100% of the budget** (`acc_at_fractions`): the curve read at those points.
+- **Tokens-to-target** (`tokens_to_target_ratio`): how many tokens GRPO needs to reach its own mean
+  final accuracy, divided by how many the planner needs. Kept because it is the papers' figure, but it
+  is fragile: where curves are flat near the target a small move of the target moves the crossing a lot.
+
+Every difference against GRPO is paired by seed (planner seed k against GRPO seed k), and its 95%
+interval is a percentile bootstrap over seeds. With few seeds such an interval is too narrow (it covers
+the truth less often than 95%); `verdict` states a verdict only from MIN_SEEDS_FOR_VERDICT seeds on.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+FRACTIONS = (0.25, 0.5, 0.75, 1.0)  # of the budget, where accuracy differences are read
+SMOOTH_EVALS = 3  # evals per running-mean window of the smoothed curve (tokens-to-target only)
+MIN_SEEDS_FOR_VERDICT = 5
+BOOTSTRAP_SAMPLES = 2000
+
+
+# ---------------------------------------------------------------------------------------------------
+# One run's curve
+
+
+def eval_curve(rows: list[dict]) -> tuple[np.ndarray, np.ndarray]:
+    """The run's measured held-out accuracy: (tokens, accuracy) at each evaluation, in token order.
+
+    It must start with the step-0 evaluation at 0 tokens, the base checkpoint that every curve starts
+    from. Evaluations at the same token count (a run that stalled and spent nothing between two evals)
+    keep the latest one, so that tokens are strictly increasing."""
+    ev = sorted(((r["tokens"], r["step"], r["eval_acc"]) for r in rows if "eval_acc" in r))
+    if not ev or ev[0][0] != 0:
+        raise ValueError("a bench run needs its step-0 evaluation at 0 tokens (the base accuracy)")
+    t = np.array([e[0] for e in ev], dtype=float)
+    a = np.array([e[2] for e in ev], dtype=float)
+    keep = np.append(t[1:] != t[:-1], True)  # the last eval of each token count
+    return t[keep], a[keep]
+
+
+def acc_at(rows: list[dict], tokens):
+    """Held-out accuracy after `tokens` generated tokens, by linear interpolation between evaluations.
+
+    Past the last evaluation the last measured accuracy is held. A bench run stops at the first step
+    boundary at or past the budget and evaluates there, so reading at the budget normally interpolates
+    between the last two evals; `covers_budget` says whether a run's evals do reach the budget (a run
+    that stalled or was cut short does not, and then its value at the budget is a held one)."""
+    t, a = eval_curve(rows)
+    return np.interp(tokens, t, a)
+
+
+def covers_budget(rows: list[dict], budget: float) -> bool:
+    """Whether the run has an evaluation at or past the budget (else figures at the budget are held)."""
+    return bool(eval_curve(rows)[0][-1] >= budget)
+
+
+def clip_curve(t: np.ndarray, a: np.ndarray, budget: float) -> tuple[np.ndarray, np.ndarray]:
+    """The polyline (t, a) on [0, budget]: points past the budget dropped, a point added at exactly the
+    budget (interpolated, or the held last value if the curve ends before it)."""
+    inside = t < budget
+    return np.append(t[inside], budget), np.append(a[inside], np.interp(budget, t, a))
+
+
+def area_under_curve(t: np.ndarray, a: np.ndarray, budget: float) -> float:
+    """Mean of the piecewise-linear curve (t, a) over [0, budget]: its area (trapezoids) / budget."""
+    t, a = clip_curve(t, a, budget)
+    return float(np.sum((a[1:] + a[:-1]) / 2 * np.diff(t)) / budget)
+
+
+def auc(rows: list[dict], budget: float) -> float:
+    """Mean held-out accuracy over the budget: the area under the run's interpolated accuracy-vs-tokens
+    curve from 0 to the budget, divided by the budget. 0.50 means the run averaged 50% accuracy over its
+    tokens; a planner that gets to the same final accuracy sooner has a higher value."""
+    return area_under_curve(*eval_curve(rows), budget)
+
+
+def acc_at_fractions(rows: list[dict], budget: float, fractions=FRACTIONS) -> np.ndarray:
+    """Held-out accuracy read (interpolated) at each fraction of the budget; 1.0 is the exact budget."""
+    return np.asarray(acc_at(rows, np.asarray(fractions, dtype=float) * budget), dtype=float)
+
+
+def smooth_curve(rows: list[dict], k: int = SMOOTH_EVALS) -> tuple[np.ndarray, np.ndarray]:
+    """The run's curve smoothed by a running mean over k evaluations, for tokens-to-target.
+
+    Point j is the mean of evals j-k+1..j in both tokens and accuracy (fewer at the start, where the
+    window includes the step-0 base eval): each mean sits at the mean token count of its window, not at
+    its newest eval, so it does not lag on a straight stretch of curve however the evals are spaced
+    (planners' eval spacings in tokens differ). A running mean cuts the noise of every point by about
+    sqrt(k). An isotonic (monotone) fit was the alternative: it removes dips, but a rising curve is left
+    as measured, noise included, and the final eval the target is read from is exactly that noise.
+
+    The cost: the smoothed curve ends at its last window's mean, about one eval spacing before the last
+    eval, and is held flat from there; a rising curve reads a little low at the budget, alike for all."""
+    t, a = eval_curve(rows)
+    ct, ca = np.cumsum(t), np.cumsum(a)
+    j = np.arange(len(t))
+    lo = np.maximum(j - k + 1, 0)  # first eval of each window
+    n = j - lo + 1
+    prev_t = np.where(lo > 0, ct[lo - 1], 0.0)
+    prev_a = np.where(lo > 0, ca[lo - 1], 0.0)
+    return (ct - prev_t) / n, (ca - prev_a) / n
+
+
+def first_crossing(t: np.ndarray, values: np.ndarray, target) -> np.ndarray:
+    """Where the polyline (t, values) first reaches target (linearly interpolated within the segment
+    that crosses it); inf where it never does. values may be 2-D (one curve per row, all on the grid t)
+    with one target per row; t[0] is returned where a curve starts at or above its target."""
+    v = np.atleast_2d(values)
+    tgt = np.broadcast_to(np.asarray(target, dtype=float), (v.shape[0],))[:, None]
+    hit = v >= tgt
+    g = hit.argmax(axis=1)  # first grid point at or above the target (0 if none: masked below)
+    rows = np.arange(v.shape[0])
+    prev = np.maximum(g - 1, 0)
+    v0, v1 = v[rows, prev], v[rows, g]
+    frac = np.where(v1 > v0, (tgt[:, 0] - v0) / np.where(v1 > v0, v1 - v0, 1.0), 0.0)
+    cross = np.where(g == 0, t[0], t[prev] + frac * (t[g] - t[prev]))
+    out = np.where(hit.any(axis=1), cross, np.inf)
+    return out if np.ndim(values) == 2 else out[0]
+
+
+def tokens_to_target(rows: list[dict], target: float, budget: float, k: int = SMOOTH_EVALS) -> float:
+    """Generated tokens at which the run's smoothed curve first reaches target, within the budget
+    (inf if it does not)."""
+    t, a = clip_curve(*smooth_curve(rows, k), budget)
+    return float(first_crossing(t, a, target))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Paired comparisons against GRPO, with bootstrap intervals over seeds
+
+
+def percentile_interval(samples: np.ndarray, level: float = 0.95) -> tuple[float, float]:
+    """The bootstrap percentile interval, taking actual sample values (no interpolation: a sample may be
+    inf, and interpolating with inf gives nan)."""
+    q = (1 - level) / 2 * 100
+    return (float(np.percentile(samples, q, method="lower")),
+            float(np.percentile(samples, 100 - q, method="higher")))
+
+
+def resample_indices(n: int, rng: np.random.Generator, samples: int = BOOTSTRAP_SAMPLES) -> np.ndarray:
+    """samples x n seed indices drawn with replacement; the same indices pick GRPO's and the planner's run."""
+    return rng.integers(0, n, size=(samples, n))
+
+
+def paired_difference(base, other, rng: np.random.Generator, samples: int = BOOTSTRAP_SAMPLES) -> dict:
+    """Mean over seeds of (planner - GRPO) on the same seed, with a 95% bootstrap interval: seed indices
+    are resampled, and each drawn seed brings both its runs. base[i] and other[i] are seed i's values.
+    Returns {"diff", "lo", "hi"}; lo > 0 means the planner's figure is higher than GRPO's."""
+    d = np.asarray(other, dtype=float) - np.asarray(base, dtype=float)
+    if d.size == 0:
+        raise ValueError("no seed has runs of both planners")
+    means = d[resample_indices(len(d), rng, samples)].mean(axis=1)
+    lo, hi = percentile_interval(means)
+    return {"diff": float(d.mean()), "lo": lo, "hi": hi}
+
+
+def _on_grid(curves: list[tuple[np.ndarray, np.ndarray]], grid: np.ndarray) -> np.ndarray:
+    """Each curve (held past its ends) evaluated on the grid: one row per curve."""
+    return np.array([np.interp(grid, t, a) for t, a in curves])
+
+
+def _ratio(tokens_base: np.ndarray, tokens_planner: np.ndarray) -> np.ndarray:
+    """GRPO's tokens-to-target / the planner's. 0 where the planner never reaches the target (whatever
+    GRPO does), inf where only GRPO never does."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = tokens_base / tokens_planner
+    return np.where(np.isinf(tokens_planner), 0.0, np.where(tokens_planner == 0, np.inf, r))
+
+
+def tokens_to_target_ratio(base_runs: list[list[dict]], planner_runs: list[list[dict]], budget: float,
+                           rng: np.random.Generator, target: float | None = None,
+                           samples: int = BOOTSTRAP_SAMPLES, k: int = SMOOTH_EVALS) -> dict:
+    """Tokens-to-target as a ratio against GRPO, with a 95% bootstrap interval whose target is itself
+    uncertain. base_runs[i] and planner_runs[i] are seed i's runs (rows).
+
+    Each side's tokens-to-target is where the mean over its seeds of their smoothed curves first reaches
+    the target, within the budget: averaging curves, not crossings, means one seed that ends just under
+    the target does not make a side "never reach". The target, unless given, is GRPO's mean smoothed
+    accuracy at the budget, so GRPO's mean curve always reaches it (at the budget at the latest).
+
+    In each bootstrap resample the seed indices are drawn once for both sides, the target is recomputed
+    from the drawn GRPO runs, and both crossings are read again. Ratio = GRPO's tokens / the planner's
+    (> 1: the planner needs fewer); 0 where the planner's mean curve never reaches the target, so the
+    interval's lower end is 0 exactly when the planner misses in at least 2.5% of resamples.
+
+    Returns ratio, lo, hi; target with its interval (target_lo, target_hi); tokens_base and
+    tokens_planner (point estimates, inf if never reached); reach_frac_base and reach_frac_planner (the
+    fraction of resamples in which each side's mean curve reaches the target)."""
+    n = len(base_runs)
+    if n == 0 or n != len(planner_runs):
+        raise ValueError("tokens_to_target_ratio needs the same seeds, at least one, for both sides")
+    base = [clip_curve(*smooth_curve(r, k), budget) for r in base_runs]
+    plan = [clip_curve(*smooth_curve(r, k), budget) for r in planner_runs]
+    # Every curve's corners: the mean of any subset of curves is linear between consecutive grid points,
+    # so crossings read on this grid are exact.
+    grid = np.unique(np.concatenate([t for t, _ in base + plan]))
+    vb, vp = _on_grid(base, grid), _on_grid(plan, grid)
+    idx = np.vstack([np.arange(n), resample_indices(n, rng, samples)])  # row 0: the sample as it is
+    mb, mp = vb[idx].mean(axis=1), vp[idx].mean(axis=1)  # (1 + samples) x grid mean curves
+    tgt = mb[:, -1] if target is None else np.full(len(idx), float(target))
+    tb, tp = first_crossing(grid, mb, tgt), first_crossing(grid, mp, tgt)
+    ratios = _ratio(tb, tp)
+    lo, hi = percentile_interval(ratios[1:])
+    t_lo, t_hi = percentile_interval(tgt[1:])
+    return {"ratio": float(ratios[0]), "lo": lo, "hi": hi,
+            "target": float(tgt[0]), "target_lo": t_lo, "target_hi": t_hi,
+            "tokens_base": float(tb[0]), "tokens_planner": float(tp[0]),
+            "reach_frac_base": float(np.isfinite(tb[1:]).mean()),
+            "reach_frac_planner": float(np.isfinite(tp[1:]).mean())}
+
+
+def verdict(lo: float, hi: float, n_seeds: int, null: float = 0.0,
+            min_seeds: int = MIN_SEEDS_FOR_VERDICT) -> str:
+    """What an interval allows one to say. Below min_seeds no verdict at all: with 2 seeds a bootstrap
+    interval is just the range of 2 values and decides nothing, however narrow it looks. From min_seeds
+    on: "higher" or "lower" when the interval excludes the null value, else "no difference shown"."""
+    if n_seeds < min_seeds:
+        return "too few seeds"
+    if lo > null:
+        return "higher"
+    if hi < null:
+        return "lower"
+    return "no difference shown"
