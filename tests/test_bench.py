@@ -147,3 +147,33 @@ def test_run_all_reports_progress_while_runs_go(tmp_path, monkeypatch):
     runner.run_all(BenchConfig(out=str(tmp_path), planners=["uniform"], seeds=1, budget_tokens=4000), log=logs.append)
     assert "bench: default/uniform/seed0 step 3 tokens 2.5k/4k acc 0.473" in logs
     assert logs[-1].startswith("bench: done default/uniform/seed0")
+
+
+def test_finished_runs_are_reused_only_with_the_same_settings(tmp_path, monkeypatch):
+    """A rerun bench reuses a finished run made with the very same settings, and refuses (never
+    overwrites) a run dir made with other ones, e.g. another budget."""
+    from rollwise.bench import runner
+
+    started = []
+    monkeypatch.setattr(runner, "_ensure_base", lambda cfg, log: None)
+    monkeypatch.setattr(runner, "run_command", lambda cfg, *key: started.append(key) or [sys.executable, "-c", ""])
+    cfg = BenchConfig(out=str(tmp_path), planners=["uniform"], seeds=1, budget_tokens=5000)
+    runner.run_all(cfg, log=lambda m: None)
+    runner.run_all(cfg, log=lambda m: None)
+    assert started == [("default", "uniform", 0)]  # the second bench found it finished
+    with pytest.raises(ValueError, match="other settings.*budget_tokens.*eval_every_tokens"):
+        runner.run_all(BenchConfig(out=str(tmp_path), planners=["uniform"], seeds=1, budget_tokens=20_000),
+                       log=lambda m: None)
+    with pytest.raises(ValueError, match="--jobs must be >= 1"):
+        runner.run_all(BenchConfig(out=str(tmp_path / "j"), jobs=0), log=lambda m: None)
+    with pytest.raises(ValueError, match="no planner named 'nope'"):  # before any run starts
+        runner.run_all(BenchConfig(out=str(tmp_path / "p"), planners=["uniform", "nope"]), log=lambda m: None)
+    assert started == [("default", "uniform", 0)]
+
+
+def test_planner_options_reach_only_the_planners_that_have_the_component(tmp_path):
+    from rollwise.bench.runner import run_settings
+
+    cfg = BenchConfig(out=str(tmp_path), extra={"planner_options": {"pilot-commit": {"n_pilot": 2}}})
+    assert "planner_options" not in run_settings(cfg, "default", "uniform", 0)
+    assert run_settings(cfg, "default", "pilot-commit", 0)["planner_options"] == {"pilot-commit": {"n_pilot": 2}}

@@ -47,3 +47,45 @@ def test_cli_eval_on_a_checkpoint(small_policy, cache_dir):
                          capture_output=True, text=True, check=True)
     out = json.loads(res.stdout.strip().splitlines()[-1])
     assert out["prompts"] == 5 and 0.0 <= out["eval_acc"] <= 1.0
+
+
+def test_warm_start_is_deterministic_whatever_the_thread_count(tmp_path):
+    """A base rebuilt with another caller thread count has the same weights (the build runs with one
+    thread and deterministic algorithms); the full rebuild of the shipped base is benchmarks/rebuild_base.py."""
+    import torch
+    from safetensors.torch import load_file
+
+    from rollwise.policy.warmstart import WarmStartConfig, build_base
+    from rollwise.tasks.arithmetic import ArithmeticTask
+
+    task, cfg = ArithmeticTask(pool_size=50, heldout_size=20), WarmStartConfig(steps=12)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        build_base(task, cfg, tmp_path / "a", log=lambda m: None)
+        torch.set_num_threads(1)
+        build_base(task, cfg, tmp_path / "b", log=lambda m: None)
+    finally:
+        torch.set_num_threads(threads)
+    a, b = load_file(str(tmp_path / "a" / "model.safetensors")), load_file(str(tmp_path / "b" / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert torch.get_num_threads() == threads  # the caller's setting is restored
+
+
+def test_the_default_run_starts_from_the_shipped_base():
+    from rollwise.policy.warmstart import SHIPPED, WarmStartConfig, base_checkpoint
+    from rollwise.tasks.arithmetic import ArithmeticTask
+
+    path = base_checkpoint(ArithmeticTask(pool_size=300, level_weights=(4, 4, 2, 1, 0.5, 0.5)), WarmStartConfig(),
+                           log=lambda m: pytest.fail(f"rebuilt the shipped base: {m}"))
+    assert path == SHIPPED / "arithmetic" and (path / "model.safetensors").exists()
+    report = json.loads((path / "report.json").read_text())
+    assert 0.2 < report["eval_acc"] < 0.7 and report["pool_mixed"] > 0.3  # a spread of pass rates
+
+
+def test_cli_warmstart_refuses_to_overwrite(tmp_path):
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "keep.txt").write_text("mine")
+    res = subprocess.run([sys.executable, "-m", "rollwise.cli", "warmstart", "--out", str(tmp_path / "x")],
+                         capture_output=True, text=True)
+    assert res.returncode == 2 and "not empty" in res.stderr and (tmp_path / "x" / "keep.txt").read_text() == "mine"

@@ -92,3 +92,23 @@ def test_cli_list_shows_every_kind():
     out = subprocess.run([sys.executable, "-m", "rollwise.cli", "list"], capture_output=True, text=True, check=True).stdout
     for needle in ("planner", "uniform", "dapo", "advantage", "grpo", "[CODE", "engine", "torch"):
         assert needle in out
+
+
+def test_eval_every_tokens_evaluates_at_the_first_step_after_each_multiple(tmp_path, small_policy):
+    rows = Trainer(small_cfg(tmp_path / "e", steps=12, eval_every=0, eval_every_tokens=150)).run()
+    evaluated = [r["step"] for r in rows if "eval_acc" in r]
+    toks = {r["step"]: r["tokens"] for r in rows}
+    expected = [0] + [s for s in range(1, 13) if toks[s] // 150 > toks[s - 1] // 150 or s == 12]
+    assert evaluated == expected and len(evaluated) > 3
+
+
+def test_recorded_config_reruns_the_run(tmp_path, small_policy, cache_dir):
+    """`rollwise train --config <run>/config.json --out NEW` reproduces a run field for field."""
+    Trainer(small_cfg(tmp_path / "a", steps=2, planner="dapo", seed=3)).run()
+    saved = json.loads((tmp_path / "a" / "config.json").read_text())
+    assert saved["planner"] == "dapo" and saved["seed"] == 3 and saved["steps"] == 2
+    res = subprocess.run([sys.executable, "-m", "rollwise.cli", "train", "--config", str(tmp_path / "a" / "config.json"),
+                          "--out", str(tmp_path / "b")], env={**os.environ, "ROLLWISE_CACHE": str(cache_dir)},
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert strip(read(tmp_path / "a" / "metrics.jsonl")) == strip(read(tmp_path / "b" / "metrics.jsonl"))

@@ -33,10 +33,14 @@ def test_bench_seeds_share_the_population_and_differ_in_sampling():
 
 
 def test_budget_rows_stop_at_the_budget_and_carry_the_loops_fields():
-    rows = budget_rows(Simulator(sim_config("greso", 0, 300)), 5000, 2)
+    rows = budget_rows(Simulator(sim_config("greso", 0, 300)), 5000, eval_every=2)
     assert rows[0] == {"step": 0, "tokens": 0, "eval_acc": rows[0]["eval_acc"]}
     assert rows[-2]["tokens"] < 5000 <= rows[-1]["tokens"] and "eval_acc" in rows[-1]
     assert all(("eval_acc" in r) == (r["step"] % 2 == 0 or r is rows[-1]) for r in rows[1:])
+    # the bench's cadence: the first step after each multiple of eval_tokens generated tokens
+    rows = budget_rows(Simulator(sim_config("greso", 0, 300)), 20_000, eval_tokens=3000)
+    due = [r["step"] for a, r in zip(rows, rows[1:]) if r["tokens"] // 3000 > a["tokens"] // 3000 or r is rows[-1]]
+    assert [r["step"] for r in rows[1:] if "eval_acc" in r] == due and 5 <= len(due) < len(rows) - 1
     for key in ("zero_var_frac_gen", "zero_var_frac", "batch_groups", "reward_mean", "zv_revisits",
                 "tokens_train", "tokens_discarded", "wall_s"):
         assert key in rows[-1], key

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 
 def _train_parser(sub):
@@ -92,6 +93,31 @@ def cmd_eval(args) -> int:
     return 0
 
 
+def cmd_warmstart(args) -> int:
+    """Build (or find) the base checkpoint of a task's warm start and print its report."""
+    from .core import registry
+    from .policy.warmstart import base_checkpoint, build_base, fingerprint, shipped_base
+    from .run.config import load_config
+
+    cfg = load_config(args.config, _overrides(args))
+    task = registry.get("task", cfg.task).obj(**cfg.task_options)
+    if not hasattr(task, "sft_examples"):
+        raise ValueError(f"task {cfg.task!r} has no supervised examples (sft_examples) to warm-start from")
+    if args.out:
+        out = Path(args.out)
+        if out.exists() and any(out.iterdir()):
+            raise ValueError(f"--out {out}: exists and is not empty (rollwise never overwrites a directory)")
+        out.mkdir(parents=True, exist_ok=True)
+        build_base(task, cfg.warmstart, out, command="rollwise " + " ".join(args.argv))
+        path = out
+    else:
+        path = base_checkpoint(task, cfg.warmstart)
+    report = json.loads((Path(path) / "report.json").read_text())
+    shipped = shipped_base(fingerprint(task, cfg.warmstart)) is not None
+    print(json.dumps({"base": str(path), "shipped": shipped, **{k: v for k, v in report.items() if k != "config"}}))
+    return 0
+
+
 def cmd_list(args) -> int:
     from .core import registry
 
@@ -116,6 +142,13 @@ def main(argv=None) -> int:
     pe.add_argument("--k", type=int, default=0, help="pass@k (0 = off)")
     pe.add_argument("--samples", type=int, default=0, help="samples per prompt for pass@k")
     pe.add_argument("--set", action="append", default=[])
+    pw = sub.add_parser("warmstart", help="build a task's base checkpoint by a supervised warm start "
+                                         "(the embedded default's ships with rollwise)")
+    pw.add_argument("--config")
+    pw.add_argument("--task")
+    pw.add_argument("--out", help="write the base here (default: the cache, or the shipped base if it matches)")
+    pw.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="e.g. warmstart.steps=600, task_options.seed=1")
     sub.add_parser("list", help="every registered component, by kind, with provenance")
     from .bench.cli import add_bench_parser
     add_bench_parser(sub)
@@ -128,7 +161,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # the command as given (reports record it)
     try:
-        return {"train": cmd_train, "eval": cmd_eval, "list": cmd_list}.get(args.cmd, getattr(args, "func", None))(args)
+        return {"train": cmd_train, "eval": cmd_eval, "list": cmd_list, "warmstart": cmd_warmstart}.get(args.cmd, getattr(args, "func", None))(args)
     except (ValueError, FileNotFoundError, KeyError) as e:
         print(f"rollwise: error: {e}", file=sys.stderr)
         return 2

@@ -33,7 +33,12 @@ def add_bench_parser(sub) -> None:
 
 
 def cmd_bench(args) -> int:
+    import signal
+
     from .report import markdown_table, write_report
+
+    # SIGTERM unwinds like Ctrl-C, so run_all's cleanup stops the trainers it started
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     kw = dict(QUICK) if args.quick else {}
     if args.planners:

@@ -35,7 +35,7 @@ class BenchConfig:
     seeds: int = 3
     budget_tokens: int = 40_000  # the recorded protocol (README, benchmarks/results/bench_full)
     jobs: int = 2
-    eval_every: int = 5
+    eval_tokens: int = 0  # evaluate after each multiple of this many generated tokens (0: budget / 10)
     eval_size: int = 1000
     # Small enough that a run revisits every prompt ~3 times within the budget: history-based selection
     # (GRESO, Prompt Replay, CDAS, ...) needs prompts to come back, as they do over the papers' epochs.
@@ -46,21 +46,55 @@ class BenchConfig:
 
 
 def run_dir(cfg: BenchConfig, mix: str, planner: str, seed: int) -> Path:
-    return Path(cfg.out) / "runs" / mix / planner.replace("+", "_plus_") / f"seed{seed}"
+    return Path(cfg.out) / "runs" / mix / planner.replace("+", "_plus_").replace(":", "_") / f"seed{seed}"
+
+
+def eval_tokens(cfg: BenchConfig) -> int:
+    return cfg.eval_tokens or max(cfg.budget_tokens // 10, 1)
+
+
+def run_settings(cfg: BenchConfig, mix: str, planner: str, seed: int) -> dict:
+    """The config overrides of one bench run (its identity: a finished run is reused only if equal).
+    `--set planner_options.X...` reaches only the planners that have the component X."""
+    extra = dict(cfg.extra)
+    if "planner_options" in extra:
+        names = set(planner.split("+"))
+        extra["planner_options"] = {k: v for k, v in extra["planner_options"].items() if k in names}
+        if not extra["planner_options"]:
+            del extra["planner_options"]
+    return {
+        "planner": planner, "seed": seed, "steps": 100_000, "budget_tokens": cfg.budget_tokens,
+        "eval_every": 0, "eval_every_tokens": eval_tokens(cfg), "eval_size": cfg.eval_size, "checkpoint_every": 10,
+        "task_options": {"pool_size": cfg.pool_size, "level_weights": list(MIXES[mix])},
+        **({"engine": cfg.engine} if cfg.engine != "torch" else {}),
+        **extra,
+    }
 
 
 def run_command(cfg: BenchConfig, mix: str, planner: str, seed: int) -> list[str]:
-    overrides = {
-        "planner": planner, "seed": seed, "steps": 100_000, "budget_tokens": cfg.budget_tokens,
-        "eval_every": cfg.eval_every, "eval_size": cfg.eval_size, "checkpoint_every": 10,
-        "task_options": {"pool_size": cfg.pool_size, "level_weights": list(MIXES[mix])},
-        **({"engine": cfg.engine} if cfg.engine != "torch" else {}),
-        **cfg.extra,
-    }
     cmd = [sys.executable, "-m", "rollwise.cli", "train", "--out", str(run_dir(cfg, mix, planner, seed))]
-    for k, v in overrides.items():
+    for k, v in run_settings(cfg, mix, planner, seed).items():
         cmd += ["--set", f"{k}={json.dumps(v)}"]
     return cmd
+
+
+def check_reusable(cfg: BenchConfig, key: tuple) -> bool:
+    """True if the run is finished with these very settings; an unfinished run dir with these settings
+    resumes. A run dir made with other settings is an error naming them: rollwise never reuses or
+    overwrites it (choose another --out)."""
+    d = run_dir(cfg, *key)
+    want = run_settings(cfg, *key)
+    have_file = d / "bench.json"
+    if have_file.exists():
+        have = json.loads(have_file.read_text())["settings"]
+        if have != json.loads(json.dumps(want)):
+            keys = sorted(k for k in set(have) | set(want) if have.get(k) != want.get(k))
+            raise ValueError(f"{d} holds a run made with other settings ({', '.join(keys)}); "
+                             "use another --out or remove it")
+    elif d.exists() and any(d.iterdir()):
+        raise ValueError(f"{d} holds files of a run rollwise cannot identify (no bench.json); "
+                         "use another --out or remove it")
+    return any((d / f).exists() for f in ("done.json", "skipped.json"))
 
 
 def check_engine(name: str) -> None:
@@ -72,8 +106,19 @@ def check_engine(name: str) -> None:
 
 def run_all(cfg: BenchConfig, log=print) -> None:
     check_engine(cfg.engine)
-    todo = [(m, p, s) for m in cfg.mixes for p in cfg.planners for s in range(cfg.seeds)
-            if not any((run_dir(cfg, m, p, s) / f).exists() for f in ("done.json", "skipped.json"))]
+    if cfg.jobs < 1:
+        raise ValueError(f"bench: --jobs must be >= 1, got {cfg.jobs}")
+    keys = [(m, p, s) for m in cfg.mixes for p in cfg.planners for s in range(cfg.seeds)]
+    if cfg.engine != "sim":  # every run's settings are checked before the first one starts
+        from ..run.config import load_config
+
+        for k in keys[:: cfg.seeds]:
+            load_config(None, run_settings(cfg, *k))
+    todo = [k for k in keys if not check_reusable(cfg, k)]
+    for k in todo:
+        d = run_dir(cfg, *k)
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "bench.json").write_text(json.dumps({"settings": run_settings(cfg, *k)}, indent=1))
     done_already = len(cfg.mixes) * len(cfg.planners) * cfg.seeds - len(todo)
     if done_already:
         log(f"bench: {done_already} runs already finished, {len(todo)} to go")
@@ -86,6 +131,20 @@ def run_all(cfg: BenchConfig, log=print) -> None:
     _ensure_base(cfg, log)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "ROLLWISE_PROGRESS": "0"}
     running: list[tuple[subprocess.Popen, tuple, float]] = []
+    try:
+        _run_processes(cfg, todo, running, env, log)
+    finally:  # a stopped bench (Ctrl-C, SIGTERM) stops its trainers: no orphan writes into run dirs
+        for proc, _, _ in running:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc, _, _ in running:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def _run_processes(cfg: BenchConfig, todo: list, running: list, env: dict, log) -> None:
     failures = []
     last_progress = time.perf_counter()
     while todo or running:

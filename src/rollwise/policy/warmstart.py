@@ -1,9 +1,17 @@
-"""Warm start: a short supervised pass on the arithmetic task that produces the embedded base
-checkpoint, cached by a hash of everything that shapes it so later runs reuse it.
+"""Warm start: a short supervised pass on a task that produces a base checkpoint, the starting point of
+RL. The embedded default's base ships inside the package (`rollwise/assets/bases/<task>/`), so every user
+and every bench starts from the same weights and nothing is rebuilt; any other (task, settings) pair is
+built once and cached by a hash of everything that shapes it.
+
+The build is deterministic: one torch thread and deterministic algorithms while it runs, every random
+draw seeded, so a rebuild of the shipped base reproduces its weights on a machine of this kind
+(`benchmarks/rebuild_base.py` checks it). Any task can be warm-started if it provides
+`sft_examples(n, seed) -> [(prompt, answer, level)]` and `base_fingerprint()` (what about the task shapes
+its base: for the arithmetic task, its seed and held-out set, not the train pool's size or mix).
 
 The base must have a spread of pass rates (near 1 on easy levels, near 0 on the hardest, many prompts
 in between): that spread is what makes rollout efficiency matter. `report.json` in the checkpoint
-directory records its per-level held-out accuracy.
+directory records its per-level held-out accuracy; `build.json` records how it was built.
 """
 from __future__ import annotations
 
@@ -12,6 +20,7 @@ import json
 import os
 import shutil
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -19,13 +28,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..tasks.arithmetic import ArithmeticTask
 from ..tasks.reward import Scorer
 from .policy import Policy
 from .tiny import TinyConfig, TinyGPT
 from .tokenizer import char_tokenizer
 
-WARMSTART_VERSION = 1  # bump when the recipe changes, so stale caches are not reused
+WARMSTART_VERSION = 2  # bump when the recipe changes, so stale caches and shipped bases are not reused
+SHIPPED = Path(__file__).resolve().parent.parent / "assets" / "bases"
 
 
 @dataclass
@@ -38,42 +47,93 @@ class WarmStartConfig:
     n_layer: int = 4
     n_head: int = 4
     n_embd: int = 128
+    block_size: int = 64  # the model's context (prompt + response tokens)
 
 
 def default_cache_dir() -> Path:
     return Path(os.environ.get("ROLLWISE_CACHE", Path.home() / ".cache" / "rollwise"))
 
 
-def base_checkpoint(task: ArithmeticTask, cfg: WarmStartConfig | None = None,
-                    cache_dir: Path | None = None, log=print) -> Path:
-    """Path of the cached base checkpoint for (task, cfg), building it first if needed."""
+def fingerprint(task, cfg: WarmStartConfig) -> str:
+    """A hash of everything that shapes the base: the recipe version, the warm-start settings, the task
+    and what of it the base depends on."""
+    name = getattr(task, "name", type(task).__name__)
+    return hashlib.sha256(json.dumps([WARMSTART_VERSION, asdict(cfg), name, task.base_fingerprint()],
+                                     sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def shipped_base(key: str) -> Path | None:
+    """The shipped base built with this fingerprint, if the package has one."""
+    if not SHIPPED.is_dir():
+        return None
+    for d in sorted(SHIPPED.iterdir()):
+        build = d / "build.json"
+        if build.exists() and json.loads(build.read_text()).get("fingerprint") == key:
+            return d
+    return None
+
+
+def base_checkpoint(task, cfg: WarmStartConfig | None = None, cache_dir: Path | None = None, log=print) -> Path:
+    """Path of the base checkpoint for (task, cfg): the shipped one when it matches, else the cached one,
+    building it first if needed."""
     cfg = cfg or WarmStartConfig()
-    key = hashlib.sha256(json.dumps([WARMSTART_VERSION, asdict(cfg), task.seed, task.heldout_size,
-                                     task.heldout_level_weights, task.ops, task.answer_width],
-                                    sort_keys=True).encode()).hexdigest()[:12]
+    key = fingerprint(task, cfg)
+    shipped = shipped_base(key)
+    if shipped is not None:
+        return shipped
     path = (cache_dir or default_cache_dir()) / f"base-{key}"
     if (path / "report.json").exists():
         return path
     log(f"warm start: building the base checkpoint ({cfg.steps} supervised steps) -> {path}")
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    policy = supervised_warm_start(task, cfg, log)
-    policy.save(tmp)
-    report = base_report(policy, task)
-    (tmp / "report.json").write_text(json.dumps({"config": asdict(cfg), **report}, indent=2))
+    report = build_base(task, cfg, tmp, log=log)
     try:
         tmp.rename(path)  # atomic: a half-built base is never picked up
     except OSError:  # another process built it first
         shutil.rmtree(tmp, ignore_errors=True)
     log("warm start: base held-out accuracy by level: " +
-        ", ".join(f"L{k[-1]} {v:.2f}" for k, v in report.items() if k.startswith("eval_acc_L")))
+        ", ".join(f"L{k[len('eval_acc_L'):]} {v:.2f}" for k, v in report.items() if k.startswith("eval_acc_L")))
     return path
 
 
-def supervised_warm_start(task: ArithmeticTask, cfg: WarmStartConfig, log=print, on_step=None) -> Policy:
+@contextmanager
+def deterministic():
+    """One torch thread and deterministic algorithms: the build's floating-point sums then do not
+    depend on the machine's core count or load (2 threads gave a different base than 1)."""
+    threads, det = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(det)
+
+
+def build_base(task, cfg: WarmStartConfig, out: Path, log=print, command: str = "") -> dict:
+    """Warm-start a base into `out` (config.json, model.safetensors, tokenizer.json, report.json,
+    build.json) and return its report."""
+    t0 = time.time()
+    with deterministic():
+        policy = supervised_warm_start(task, cfg, log)
+        report = base_report(policy, task)
+    out = Path(out)
+    policy.save(out)
+    (out / "report.json").write_text(json.dumps({"config": asdict(cfg), **report}, indent=2))
+    (out / "build.json").write_text(json.dumps({
+        "fingerprint": fingerprint(task, cfg), "task": getattr(task, "name", type(task).__name__),
+        "task_fingerprint": task.base_fingerprint(), "warmstart": asdict(cfg), "version": WARMSTART_VERSION,
+        "torch": torch.__version__, "seconds": round(time.time() - t0, 1), "command": command}, indent=2,
+        default=str))
+    return report
+
+
+def supervised_warm_start(task, cfg: WarmStartConfig, log=print, on_step=None) -> Policy:
     torch.manual_seed(cfg.seed)
     tok = char_tokenizer()
-    model = TinyGPT(TinyConfig(vocab_size=len(tok), n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=cfg.n_embd))
+    model = TinyGPT(TinyConfig(vocab_size=len(tok), n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=cfg.n_embd,
+                               block_size=cfg.block_size))
     policy = Policy(model, tok, "tiny")
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
     examples = task.sft_examples(cfg.steps * cfg.batch_size, seed=10_000 + cfg.seed)
@@ -109,11 +169,12 @@ def supervised_warm_start(task: ArithmeticTask, cfg: WarmStartConfig, log=print,
     return policy
 
 
-def base_report(policy: Policy, task: ArithmeticTask) -> dict:
+def base_report(policy: Policy, task, max_new_tokens: int = 16) -> dict:
     from ..run.evaluate import evaluate
 
+    max_new_tokens = getattr(task, "max_new_tokens", max_new_tokens)
     scorer = Scorer(task.verify)
-    out = evaluate(policy, task.heldout(), scorer)
+    out = evaluate(policy, task.heldout(), scorer, max_new_tokens=max_new_tokens)
     # Spread of per-prompt pass rates over the train pool (8 samples each): the share of prompts
     # whose GRPO group could be informative is what rollout efficiency works on.
     from ..core.types import Request
@@ -121,7 +182,8 @@ def base_report(policy: Policy, task: ArithmeticTask) -> dict:
     from ..generate.torch_engine import TorchEngine
 
     pool = task.train_pool()
-    res = run_sync(TorchEngine(policy, seed=1), [Request(p, 8, id=i) for i, p in enumerate(pool)])
+    res = run_sync(TorchEngine(policy, seed=1, max_new_tokens=max_new_tokens),
+                   [Request(p, 8, id=i) for i, p in enumerate(pool)])
     rates = np.array([sum(scorer.judge(r.text, p.answer).correct for r in e.group.rollouts) / 8
                       for e, p in zip(res, pool)])
     out["pool_all_correct"] = float((rates == 1).mean())

@@ -32,7 +32,8 @@ class Config:
     engine_options: dict = field(default_factory=dict)  # extra keyword arguments for the engine
     seed: int = 0
     budget_tokens: int = 0  # stop once this many generated tokens are spent (0 = no limit)
-    eval_every: int = 10
+    eval_every: int = 10  # steps between held-out evaluations (0: off unless eval_every_tokens is set)
+    eval_every_tokens: int = 0  # also evaluate at the first step after each multiple of this many tokens
     eval_size: int = 0  # held-out prompts per evaluation (0 = all)
     eval_k: int = 0  # pass@k with k samples per held-out prompt (0 = off)
     eval_samples: int = 0  # samples per prompt for pass@k (>= k)

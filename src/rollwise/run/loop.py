@@ -78,22 +78,26 @@ class Trainer:
     def run(self) -> list[dict]:
         cfg = self.cfg
         self.out.mkdir(parents=True, exist_ok=True)
-        (self.out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2, default=str))
         resumed = self.load_checkpoint()
+        # the exact settings of the run, written after a good load: `rollwise train --config <out>/config.json
+        # --out NEW` reruns it
+        (self.out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2, default=str))
         metrics_file = self.out / "metrics.jsonl"
         rows = _read_metrics(metrics_file, upto=self.step) if resumed else []  # drop lines after the checkpoint
         _write_metrics(metrics_file, rows)
         if resumed:
             self.log(f"resuming {self.out} from step {self.step}")
-        if self.step == 0 and cfg.eval_every:
+        evals = cfg.eval_every or cfg.eval_every_tokens
+        if self.step == 0 and evals:
             rows.append(self._log_row({"step": 0, "tokens": 0, **self._evaluate()}, metrics_file))
         bar = tqdm(total=cfg.steps, initial=self.step, desc=f"train {cfg.planner}", file=sys.stderr,
                    disable=not sys.stderr.isatty() and os.environ.get("ROLLWISE_PROGRESS") != "1")
         while self.step < cfg.steps and not (cfg.budget_tokens and self.ledger.budget_tokens() >= cfg.budget_tokens):
+            tokens_before = self.ledger.budget_tokens()
             with self.ledger.timer("step"):
                 row = self.train_step()
             last = self.step >= cfg.steps or (cfg.budget_tokens and self.ledger.budget_tokens() >= cfg.budget_tokens)
-            if cfg.eval_every and (self.step % cfg.eval_every == 0 or last):
+            if evals and (last or self._eval_due(tokens_before)):
                 row.update(self._evaluate())
             row["wall_s"] = self.ledger.seconds["step"]  # training wall time, eval excluded
             row["gen_s"] = self.ledger.seconds.get("generate", 0.0)
@@ -104,6 +108,15 @@ class Trainer:
                 self.save_checkpoint()
         bar.close()
         return rows
+
+    def _eval_due(self, tokens_before: int) -> bool:
+        """Every eval_every steps, or at the first step boundary after each multiple of
+        eval_every_tokens generated tokens (so every planner is evaluated at the same token spacing)."""
+        cfg = self.cfg
+        if cfg.eval_every and self.step % cfg.eval_every == 0:
+            return True
+        n = cfg.eval_every_tokens
+        return bool(n) and self.ledger.budget_tokens() // n > tokens_before // n
 
     def _evaluate(self) -> dict:
         with self.ledger.timer("eval"):

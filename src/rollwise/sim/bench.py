@@ -1,7 +1,7 @@
 """`rollwise bench --engine sim`: the bench protocol with the simulator in place of the tiny model.
 
 Each (planner, seed) run is the same as a tiny-model bench run: the same pool size, batch, group size and
-token budget, held-out accuracy every `eval_every` steps, and a `metrics.jsonl` with the loop's field
+token budget, held-out accuracy after every `eval_tokens` generated tokens, and a `metrics.jsonl` with the loop's field
 names, so `bench/report.py` computes the same figures from either. The simulator's parameters are a
 named profile (`profiles.py`; `tiny` is fitted to the tiny model's GRPO runs). Runs take well under a
 second, so they run in this process, one after the other.
@@ -35,19 +35,22 @@ def sim_config(planner: str, seed: int, pool_size: int, batch: int = 32, n: int 
                      population=pop, dynamics=dyn, greedy_eval=greedy)
 
 
-def budget_rows(sim: Simulator, budget_tokens: int, eval_every: int) -> list[dict]:
+def budget_rows(sim: Simulator, budget_tokens: int, eval_tokens: int = 0, eval_every: int = 0) -> list[dict]:
     """Run until the budget is spent; rows as the training loop writes them (bench/report.py reads them)."""
     acc = lambda: sim.pop.heldout_acc(sim.cfg.greedy_eval)  # noqa: E731
     rows = [{"step": 0, "tokens": 0, "eval_acc": acc()}]
     wall, idle = 0.0, 0
     while sim.ledger.budget_tokens() < budget_tokens and sim.step < MAX_STEPS and idle < STALL_STEPS:
+        before = sim.ledger.budget_tokens()
         row = sim.train_step()
         idle = idle + 1 if row["step_tokens"] == 0 else 0
         wall += row["sim_gen_s"] + row["sim_learn_s"]
         last = sim.ledger.budget_tokens() >= budget_tokens or idle == STALL_STEPS
         if idle == STALL_STEPS:
             row["stalled"] = True  # e.g. an oracle that finds no prompt left with 0 < p < 1
-        if eval_every and (sim.step % eval_every == 0 or last):
+        due = (eval_every and sim.step % eval_every == 0) or \
+            (eval_tokens and sim.ledger.budget_tokens() // eval_tokens > before // eval_tokens)
+        if (eval_tokens or eval_every) and (last or due):
             row["eval_acc"] = acc()
         row["wall_s"] = wall
         row.update({f"tokens_{k}": v for k, v in sim.ledger.legacy_tokens().items()})
@@ -75,6 +78,8 @@ def run_sim_bench(cfg, mix: str, planner: str, seed: int, out_dir: Path, log=pri
         return
     sim = Simulator(sim_config(planner, seed, cfg.pool_size, cfg.extra.get("batch_size", 32),
                                cfg.extra.get("n", 8), cfg.sim_profile, cfg.extra.get("sim"), popts))
-    rows = budget_rows(sim, cfg.budget_tokens, cfg.eval_every)
+    from ..bench.runner import eval_tokens
+
+    rows = budget_rows(sim, cfg.budget_tokens, eval_tokens(cfg))
     (out_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (out_dir / "done.json").write_text(json.dumps({"engine": "sim", "profile": cfg.sim_profile}))

@@ -119,7 +119,7 @@ def simulate(params: dict, proto: Protocol, seeds: list[int], planner: str = "un
     for s in seeds:
         sim = Simulator(sim_config(planner, s, proto.pool_size, proto.batch, proto.n, profile,
                                    params_to_overrides(params)))
-        runs.append(figures(budget_rows(sim, proto.budget_tokens, proto.eval_every), proto))
+        runs.append(figures(budget_rows(sim, proto.budget_tokens, eval_every=proto.eval_every), proto))
     return aggregate(runs)
 
 

@@ -111,6 +111,11 @@ class ArithmeticTask:
             self._cache["train"] = [Prompt(i, t, a, lv) for i, (t, a, lv) in enumerate(rows)]
         return self._cache["train"]
 
+    def base_fingerprint(self) -> list:
+        """What of this task shapes its warm-started base (the held-out set it avoids and how answers
+        are written); the train pool's size and mix do not, so benches on other pools share the base."""
+        return [self.seed, self.heldout_size, self.heldout_level_weights, self.ops, self.answer_width]
+
     def sft_examples(self, n: int, seed: int) -> list[tuple[str, str, int]]:
         """Supervised examples for the warm start: uniform levels, repeats allowed (there are only 155
         distinct level-1 problems), never a held-out problem."""
