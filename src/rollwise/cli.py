@@ -22,6 +22,10 @@ def _train_parser(sub):
     p.add_argument("--recompose")
     p.add_argument("--task", help="task name (arithmetic, file)")
     p.add_argument("--engine", help="engine that samples: a registered name (torch) or 'module:Class'")
+    p.add_argument("--mode", choices=["sync", "async"], help="async: Ray rollout workers run ahead of the learner")
+    p.add_argument("--workers", type=int, help="async: rollout workers (Ray actors)")
+    p.add_argument("--max-staleness", type=int, dest="max_staleness",
+                   help="async: rollouts come from a policy at most this many updates old (0 = synchronous)")
     p.add_argument("--reward", help="user reward 'module:function' called as fn(response, answer)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override any config key, dotted for nesting (e.g. learner.lr=1e-4); YAML values")
@@ -32,7 +36,8 @@ def _overrides(args) -> dict:
     import yaml
 
     ov = {}
-    for key in ("model", "steps", "seed", "out", "planner", "task", "reward", "engine"):
+    for key in ("model", "steps", "seed", "out", "planner", "task", "reward", "engine", "mode", "workers",
+                "max_staleness"):
         if getattr(args, key, None) is not None:
             ov[key] = getattr(args, key)
     for key in ("advantage", "loss", "loss_agg", "correction", "recompose"):

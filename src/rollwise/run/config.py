@@ -29,6 +29,9 @@ class Config:
     top_p: float = 1.0
     max_new_tokens: int = 10
     engine: str = "torch"  # a registered engine, or 'module:Class'
+    mode: str = "sync"  # "sync": one step at a time; "async": Ray rollout workers ahead of the learner
+    workers: int = 1  # async: rollout workers (Ray actors), each with its own engine and policy copy
+    max_staleness: int = 1  # async: a step's rollouts come from a policy at most this many updates old
     engine_options: dict = field(default_factory=dict)  # extra keyword arguments for the engine
     seed: int = 0
     budget_tokens: int = 0  # stop once this many generated tokens are spent (0 = no limit)
@@ -43,12 +46,16 @@ class Config:
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     warmstart: WarmStartConfig = field(default_factory=WarmStartConfig)
 
+    explicit: frozenset = frozenset()  # learner keys the user set (not written to config.json)
+
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(self)
+        d.pop("explicit")
+        return d
 
 
 def _build(cls, data: dict, where: str):
-    known = {f.name: f for f in dataclasses.fields(cls)}
+    known = {f.name: f for f in dataclasses.fields(cls) if f.name != "explicit"}
     kwargs = {}
     for k, v in data.items():
         if k not in known:
@@ -80,6 +87,7 @@ def load_config(path: str | Path | None = None, overrides: dict | None = None) -
             node = node.setdefault(p, {})
         node[parts[-1]] = value
     cfg = _build(Config, data, str(path) if path else "config")
+    cfg.explicit = frozenset(data.get("learner", {}) or {})
     validate(cfg)
     return cfg
 

@@ -36,8 +36,10 @@ class Trainer:
         self.pool, self.heldout = self.task.train_pool(), self.task.heldout()
         if cfg.eval_size:
             self.heldout = self.heldout[: cfg.eval_size]
-        model_path = cfg.model or base_checkpoint(self.task, cfg.warmstart, log=log)
+        model_path = self.model_path = cfg.model or base_checkpoint(self.task, cfg.warmstart, log=log)
         self.policy = Policy.load(model_path)
+        if cfg.mode == "async" and cfg.learner.correction == "none" and "correction" not in cfg.explicit:
+            cfg.learner.correction = "areal-decoupled"  # stale tokens need a correction (run/async_loop.py)
         ref = Policy.load(model_path) if cfg.learner.kl_coef > 0 else None
         self.engine = build_trainer_engine(cfg, self.policy)
         self.learner = Learner(self.policy, cfg.learner, ref, seed=cfg.seed)
@@ -53,26 +55,37 @@ class Trainer:
 
     # ---- one step: the driver runs Control, Generate, Filter, Replay and Learn ----------------
     def train_step(self) -> dict:
-        ctx = StepContext(self.step, self.cfg.batch_size, self.cfg.n, self.pool, self.history,
-                          self.ledger, self.rng, self.policy)
+        ctx = self.context(self.step)
         tokens_before = self.ledger.budget_tokens()
         out = self.driver.run_step(self.planner, ctx, self.learner)
+        self.step += 1
+        return self.step_row(ctx, out, self.ledger_view(), tokens_before)
+
+    def context(self, step: int) -> StepContext:
+        return StepContext(step, self.cfg.batch_size, self.cfg.n, self.pool, self.history, self.ledger, self.rng,
+                           self.policy)
+
+    def ledger_view(self) -> dict:
+        """The ledger's figures for a metrics row (taken right after a step's rollouts are settled)."""
+        led = self.ledger
+        return {"tokens": led.budget_tokens(), "rollouts": led.budget_rollouts(),
+                **{f"tokens_{k}": v for k, v in led.legacy_tokens().items()},
+                **{f"rollouts_{k}": v for k, v in led.legacy_rollouts().items()},
+                "tokens_reused": led.reused_tokens, **led.breakdown()}
+
+    def step_row(self, ctx: StepContext, out, view: dict, tokens_before: int) -> dict:
+        """One metrics.jsonl row for a trained step."""
         stats, batch = out.stats, out.batch
         self.ledger.learner_tokens += stats.pop("learner_tokens", 0)
-        self.step += 1
         sizes = [g.n for g in batch.groups] or [0]
         generated = list(ctx.groups.values())
-        return {"step": self.step, "tokens": self.ledger.budget_tokens(),
-                "step_tokens": self.ledger.budget_tokens() - tokens_before,
-                "rollouts": self.ledger.budget_rollouts(), "prompts": len(generated),
+        return {"step": ctx.step + 1, "tokens": view["tokens"], "step_tokens": view["tokens"] - tokens_before,
+                "rollouts": view["rollouts"], "prompts": len(generated),
                 "zero_var_frac_gen": sum(g.zero_variance for g in generated) / max(len(generated), 1),
                 "reward_mean": float(np.mean([r.reward for g in generated for r in g.rollouts] or [0])),
                 "group_min": min(sizes), "group_mean": float(np.mean(sizes)), "group_max": max(sizes),
-                **{f"tokens_{k}": v for k, v in self.ledger.legacy_tokens().items()},
-                **{f"rollouts_{k}": v for k, v in self.ledger.legacy_rollouts().items()},
-                "tokens_reused": self.ledger.reused_tokens, **self.ledger.breakdown(),
-                **out.staleness,
-                **out.persist, **ctx.metrics, **stats, "reward_errors": self.scorer.errors}
+                **{k: v for k, v in view.items() if k not in ("tokens", "rollouts")},
+                **out.staleness, **out.persist, **ctx.metrics, **stats, "reward_errors": self.scorer.errors}
 
     # ---- the run ---------------------------------------------------------------------------
     def run(self) -> list[dict]:
@@ -90,6 +103,10 @@ class Trainer:
         evals = cfg.eval_every or cfg.eval_every_tokens
         if self.step == 0 and evals:
             rows.append(self._log_row({"step": 0, "tokens": 0, **self._evaluate()}, metrics_file))
+        if cfg.mode == "async":
+            from .async_loop import AsyncLoop
+
+            return AsyncLoop(self).run(rows, metrics_file)
         bar = tqdm(total=cfg.steps, initial=self.step, desc=f"train {cfg.planner}", file=sys.stderr,
                    disable=not sys.stderr.isatty() and os.environ.get("ROLLWISE_PROGRESS") != "1")
         while self.step < cfg.steps and not (cfg.budget_tokens and self.ledger.budget_tokens() >= cfg.budget_tokens):
@@ -140,6 +157,8 @@ class Trainer:
             "planner": self.planner.state_dict(), "history": self.history.state_dict(),
             "ledger": self.ledger.state_dict(), "scorer_errors": self.scorer.errors,
         }
+        if getattr(self, "async_weights", None):  # async: the weights the next steps sample from
+            state["async_weights"] = self.async_weights
         tmp = self.out / (CKPT + ".tmp")
         torch.save(state, tmp)
         os.replace(tmp, self.out / CKPT)  # atomic: a kill mid-save leaves the previous checkpoint
@@ -153,8 +172,11 @@ class Trainer:
         self.step, self.policy.version = s["step"], s["policy_version"]
         self.policy.model.load_state_dict(s["model"])
         self.learner.load_state_dict(s["learner"])
-        self.engine.load_state_dict(s["engine"] if "engine" in s else {"gen": s["engine_rng"]})
-        self.engine.update_weights(self.policy.version)
+        self.engine_state = s["engine"] if "engine" in s else {"gen": s["engine_rng"]}
+        if self.cfg.mode == "sync":  # (async: the worker pool takes it when it starts)
+            self.engine.load_state_dict(self.engine_state)
+            self.engine.update_weights(self.policy.version)
+        self.async_weights = s.get("async_weights")
         torch.set_rng_state(s["torch_rng"])
         self.rng.bit_generator.state = s["numpy_rng"]
         random.setstate(s["python_rng"])
