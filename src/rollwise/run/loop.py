@@ -19,7 +19,7 @@ from ..core.ledger import Ledger
 from ..learn.learner import Learner
 from ..policy.policy import Policy
 from ..policy.warmstart import base_checkpoint
-from ..tasks.reward import Scorer, load_reward_fn
+from ..tasks.reward import Scorer
 from .config import Config
 from .driver import StepDriver
 from .evaluate import evaluate
@@ -44,8 +44,9 @@ class Trainer:
         self.history, self.ledger = PromptHistory(len(self.pool)), Ledger()
         self.rng = np.random.default_rng(cfg.seed)
         self.planner = build_planner(cfg.planner, len(self.pool), self.rng, cfg.planner_options)
-        if cfg.reward:
-            self.scorer = Scorer(load_reward_fn(cfg.reward), trusted=False, timeout_s=cfg.reward_timeout_s)
+        if cfg.reward:  # a user's function: in a worker process, with a timeout and a memory limit
+            self.scorer = Scorer(cfg.reward, trusted=False, timeout_s=cfg.reward_timeout_s,
+                                 memory_mb=cfg.reward_memory_mb)
         else:
             self.scorer = Scorer(self.task.verify)
         self.driver = StepDriver(self.engine, self.ledger, self.history, self.scorer, self.policy)
@@ -56,8 +57,10 @@ class Trainer:
         ctx = StepContext(self.step, self.cfg.batch_size, self.cfg.n, self.pool, self.history,
                           self.ledger, self.rng, self.policy)
         tokens_before = self.ledger.budget_tokens()
+        errors_before, scored_before = self.scorer.errors, self.scorer.scored
         out = self.driver.run_step(self.planner, ctx, self.learner)
         stats, batch = out.stats, out.batch
+        self._warn_reward_failures(self.scorer.errors - errors_before, self.scorer.scored - scored_before)
         self.ledger.learner_tokens += stats.pop("learner_tokens", 0)
         self.step += 1
         sizes = [g.n for g in batch.groups] or [0]
@@ -74,8 +77,20 @@ class Trainer:
                 **out.staleness,
                 **out.persist, **ctx.metrics, **stats, "reward_errors": self.scorer.errors}
 
+    def _warn_reward_failures(self, failed: int, scored: int) -> None:
+        """Failed rewards score 0 and the run goes on; when most of a step's fail, say so every step."""
+        if scored and failed / scored > 0.5:
+            self.log(f"warning: step {self.step + 1}: the reward function failed on {failed} of {scored} "
+                     f"rollouts, which score 0 (last error: {self.scorer.last_error})")
+
     # ---- the run ---------------------------------------------------------------------------
     def run(self) -> list[dict]:
+        try:
+            return self._run()
+        finally:
+            self.scorer.close()  # the reward worker never outlives the run
+
+    def _run(self) -> list[dict]:
         cfg = self.cfg
         self.out.mkdir(parents=True, exist_ok=True)
         resumed = self.load_checkpoint()
