@@ -38,6 +38,7 @@ class Trainer:
             self.heldout = self.heldout[: cfg.eval_size]
         model_path = cfg.model or base_checkpoint(self.task, cfg.warmstart, log=log)
         self.policy = Policy.load(model_path)
+        check_prompts(self.task, self.pool, self.heldout, self.policy, cfg)
         ref = Policy.load(model_path) if cfg.learner.kl_coef > 0 else None
         self.engine = build_trainer_engine(cfg, self.policy)
         self.learner = Learner(self.policy, cfg.learner, ref, seed=cfg.seed)
@@ -178,6 +179,43 @@ class Trainer:
         self.ledger.load_state_dict(s["ledger"])
         self.scorer.errors = s["scorer_errors"]
         return True
+
+
+def check_prompts(task, pool, heldout, policy, cfg: Config) -> None:
+    """Before any training: every prompt is in the policy's vocabulary and fits its context with
+    max_new_tokens to spare; for a task whose verifier compares the response with the answer
+    (`answers_are_responses`, the file task) every answer can be written within max_new_tokens, unless a
+    user reward judges instead. An error names the prompt (a file task: its file and row)."""
+    describe = getattr(task, "describe_prompt", None)
+    check_answers = getattr(task, "answers_are_responses", False) and not cfg.reward
+    unk = policy.unk_id
+    for split, prompts in (("train", pool), ("held-out", heldout)):
+        if not prompts:
+            continue
+        texts = [p.text for p in prompts]
+        enc = policy.tokenizer(texts, add_special_tokens=False)["input_ids"]
+        ans = policy.tokenizer([p.answer.strip() for p in prompts], add_special_tokens=False)["input_ids"] \
+            if check_answers else [None] * len(prompts)
+        for i, (p, ids, aids) in enumerate(zip(prompts, enc, ans)):
+            where = describe(split, i) if describe else f"{split} prompt {i} ({p.text[:40]!r})"
+            if unk is not None and unk in ids:
+                raise ValueError(f"{where}: the prompt has text outside the model's vocabulary "
+                                 f"({_unknown(policy, p.text)})")
+            if len(ids) + cfg.max_new_tokens > policy.max_positions:
+                raise ValueError(f"{where}: the prompt is {len(ids)} tokens; with max_new_tokens={cfg.max_new_tokens} "
+                                 f"that is more than the model's context of {policy.max_positions} positions")
+            if aids is not None:
+                if unk is not None and unk in aids:
+                    raise ValueError(f"{where}: the answer has text outside the model's vocabulary "
+                                     f"({_unknown(policy, p.answer)}), so no response can match it")
+                if len(aids) > cfg.max_new_tokens:
+                    raise ValueError(f"{where}: the answer is {len(aids)} tokens, more than max_new_tokens="
+                                     f"{cfg.max_new_tokens}, so no response can match it")
+
+
+def _unknown(policy, text: str) -> str:
+    bad = sorted({c for c in text if policy.unk_id in policy.tokenizer(c, add_special_tokens=False)["input_ids"]})
+    return f"characters {bad}" if bad else "unknown tokens"
 
 
 def build_trainer_engine(cfg: Config, policy, **overrides):
