@@ -30,6 +30,7 @@ def evaluate(policy, prompts: list[Prompt], scorer: Scorer, ledger: Ledger | Non
              seed: int = 0, make_engine=None) -> dict[str, float]:
     """Greedy accuracy (and pass@k) through the Engine protocol. `make_engine(**kw)` builds the
     run's engine kind over `policy` (default: the torch engine); pass@k gets its own seeded engine."""
+    check_finite_weights(policy)
     if not prompts:
         raise ValueError("evaluation needs at least one held-out prompt")
     make_engine = make_engine or (lambda **kw: TorchEngine(policy, **kw))
@@ -58,6 +59,18 @@ def evaluate(policy, prompts: list[Prompt], scorer: Scorer, ledger: Ledger | Non
 
 
 EVAL_CALL = 16  # greedy responses per call of a user reward's worker
+
+
+def check_finite_weights(policy) -> None:
+    """A model with a NaN or infinite weight samples garbage or fails mid-run: refuse it up front, with
+    how much of it is bad, rather than report an accuracy of 0."""
+    import torch
+
+    bad = [n for n, p in policy.model.named_parameters() if not bool(torch.isfinite(p).all())]
+    if bad:
+        total = sum(1 for _ in policy.model.parameters())
+        raise ValueError(f"the model has non-finite weights (NaN or inf) in {len(bad)} of its {total} tensors "
+                         f"(first: {bad[0]}); it cannot be evaluated or trained")
 
 
 def _run(engine, requests: list[Request], ledger: Ledger | None):

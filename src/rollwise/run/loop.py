@@ -1,10 +1,22 @@
 """The synchronous training loop: Control -> Generate -> Filter -> Replay -> Learn, one step at a time,
-with held-out evaluation, JSON-lines metrics and exact kill-and-resume checkpoints."""
+with held-out evaluation, JSON-lines metrics and exact kill-and-resume checkpoints.
+
+What protects a run and its directory:
+- Checkpoints hold tensors and plain data only and load with `torch.load(weights_only=True)`: a file that
+  holds anything else is refused, never unpickled.
+- A step whose loss, gradient norm, new weights or new logits are not finite is undone and counted
+  (`skipped_steps`); `max_skipped_steps` of them in a row stop the run. No checkpoint holds such weights.
+- metrics.jsonl is strict JSON: a non-finite number is written as null and its key listed in `nonfinite`.
+"""
 from __future__ import annotations
 
+import copy
 import json
+import math
 import os
+import pickle
 import random
+import re
 import sys
 from pathlib import Path
 
@@ -20,24 +32,36 @@ from ..learn.learner import Learner
 from ..policy.policy import Policy
 from ..policy.warmstart import base_checkpoint
 from ..tasks.reward import Scorer
-from .config import Config
+from .config import Config, validate
 from .driver import StepDriver
-from .evaluate import evaluate
+from .evaluate import check_finite_weights, evaluate
 
 CKPT = "checkpoint.pt"
+CKPT_FORMAT = 2  # 2: plain data only (weights_only loading), the run's config, skipped-step counters
+
+
+class RunStopped(RuntimeError):
+    """The run cannot go on, for the reason given (not a bug: the CLI prints it as one line)."""
 
 
 class Trainer:
     def __init__(self, cfg: Config, log=print):
+        validate(cfg)  # a config built in code gets the same checks as one loaded from a file
         self.cfg, self.log = cfg, log
         self.out = Path(cfg.out)
         torch.manual_seed(cfg.seed)
         self.task = registry.get("task", cfg.task).obj(**cfg.task_options)
         self.pool, self.heldout = self.task.train_pool(), self.task.heldout()
+        if not self.pool:
+            raise ValueError(f"task {cfg.task!r}: the train pool is empty")
         if cfg.eval_size:
             self.heldout = self.heldout[: cfg.eval_size]
+        if (cfg.eval_every or cfg.eval_every_tokens) and not self.heldout:
+            raise ValueError(f"task {cfg.task!r}: no held-out prompts to evaluate on (set eval_every=0 and "
+                             "eval_every_tokens=0 to train without evaluation)")
         model_path = cfg.model or base_checkpoint(self.task, cfg.warmstart, log=log)
         self.policy = Policy.load(model_path)
+        check_finite_weights(self.policy)
         check_prompts(self.task, self.pool, self.heldout, self.policy, cfg)
         ref = Policy.load(model_path) if cfg.learner.kl_coef > 0 else None
         self.engine = build_trainer_engine(cfg, self.policy)
@@ -51,7 +75,9 @@ class Trainer:
         else:
             self.scorer = Scorer(self.task.verify)
         self.driver = StepDriver(self.engine, self.ledger, self.history, self.scorer, self.policy)
+        self.guard = FiniteGuard(self.learner, self.policy)
         self.step = 0
+        self.skip_streak = 0  # steps in a row undone for a non-finite loss, gradient or weight
 
     # ---- one step: the driver runs Control, Generate, Filter, Replay and Learn ----------------
     def train_step(self) -> dict:
@@ -59,9 +85,16 @@ class Trainer:
                           self.ledger, self.rng, self.policy)
         tokens_before = self.ledger.budget_tokens()
         errors_before, scored_before = self.scorer.errors, self.scorer.scored
-        out = self.driver.run_step(self.planner, ctx, self.learner)
+        try:
+            out = self.driver.run_step(self.planner, ctx, self.guard)
+        except RuntimeError as e:
+            if "probability tensor" not in str(e):
+                raise
+            raise RunStopped(f"step {self.step + 1}: sampling failed because the policy's probabilities are not "
+                             f"finite ({e}); lower learner.lr or check the model") from None
         stats, batch = out.stats, out.batch
         self._warn_reward_failures(self.scorer.errors - errors_before, self.scorer.scored - scored_before)
+        self.skip_streak = self.skip_streak + 1 if stats.get("skipped") else 0
         self.ledger.learner_tokens += stats.pop("learner_tokens", 0)
         self.step += 1
         sizes = [g.n for g in batch.groups] or [0]
@@ -76,7 +109,8 @@ class Trainer:
                 **{f"rollouts_{k}": v for k, v in self.ledger.legacy_rollouts().items()},
                 "tokens_reused": self.ledger.reused_tokens, **self.ledger.breakdown(),
                 **out.staleness,
-                **out.persist, **ctx.metrics, **stats, "reward_errors": self.scorer.errors}
+                **out.persist, **ctx.metrics, **stats, "reward_errors": self.scorer.errors,
+                "skipped_steps": self.guard.skipped}
 
     def _warn_reward_failures(self, failed: int, scored: int) -> None:
         """Failed rewards score 0 and the run goes on; when most of a step's fail, say so every step."""
@@ -86,6 +120,8 @@ class Trainer:
 
     # ---- the run ---------------------------------------------------------------------------
     def run(self) -> list[dict]:
+        cfg = self.cfg
+        self.out.mkdir(parents=True, exist_ok=True)
         try:
             return self._run()
         finally:
@@ -93,11 +129,10 @@ class Trainer:
 
     def _run(self) -> list[dict]:
         cfg = self.cfg
-        self.out.mkdir(parents=True, exist_ok=True)
         resumed = self.load_checkpoint()
         # the exact settings of the run, written after a good load: `rollwise train --config <out>/config.json
         # --out NEW` reruns it
-        (self.out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2, default=str))
+        _write_atomic(self.out / "config.json", json.dumps(cfg.to_dict(), indent=2, default=str))
         metrics_file = self.out / "metrics.jsonl"
         rows = _read_metrics(metrics_file, upto=self.step) if resumed else []  # drop lines after the checkpoint
         _write_metrics(metrics_file, rows)
@@ -120,6 +155,14 @@ class Trainer:
             rows.append(self._log_row(row, metrics_file))
             bar.update(1)
             bar.set_postfix(tokens=row["tokens"], acc=row.get("eval_acc", rows[-1].get("eval_acc")))
+            if self.skip_streak >= cfg.max_skipped_steps:
+                bar.close()
+                raise RunStopped(
+                    f"{self.skip_streak} steps in a row (to step {self.step}) had a non-finite loss, gradient or "
+                    f"weight and were undone ({', '.join(rows[-1].get('nonfinite', [])) or 'new weights or logits'} "
+                    f"not finite); "
+                    f"{self.out / CKPT} holds the last good state. Lower learner.lr, or check the reward and "
+                    "learner settings")
             if self.step % cfg.checkpoint_every == 0 or last:
                 self.save_checkpoint()
         bar.close()
@@ -142,22 +185,29 @@ class Trainer:
                             make_engine=lambda **kw: build_trainer_engine(self.cfg, self.policy, **kw))
 
     def _log_row(self, row: dict, path: Path) -> dict:
+        row = finite_row(row)
         with path.open("a") as f:
-            f.write(json.dumps(row) + "\n")
+            f.write(json.dumps(row, allow_nan=False) + "\n")
         return row
 
     # ---- checkpoints: everything needed to continue exactly ---------------------------------
     def save_checkpoint(self) -> None:
+        try:  # never persist a broken model (the guard makes this a last line of defence)
+            check_finite_weights(self.policy)
+        except ValueError as e:
+            raise RunStopped(f"step {self.step}: not saving a checkpoint: {e}") from None
         state = {
+            "format": CKPT_FORMAT, "config": json.dumps(self.cfg.to_dict(), default=str),
             "step": self.step, "policy_version": self.policy.version,
             "model": self.policy.model.state_dict(), "learner": self.learner.state_dict(),
             "engine": self.engine.state_dict(), "torch_rng": torch.get_rng_state(),
             "numpy_rng": self.rng.bit_generator.state, "python_rng": random.getstate(),
             "planner": self.planner.state_dict(), "history": self.history.state_dict(),
             "ledger": self.ledger.state_dict(), "scorer_errors": self.scorer.errors,
+            "scorer_scored": self.scorer.scored, "skipped_steps": self.guard.skipped, "skip_streak": self.skip_streak,
         }
         tmp = self.out / (CKPT + ".tmp")
-        torch.save(state, tmp)
+        torch.save(to_plain(state), tmp)
         os.replace(tmp, self.out / CKPT)  # atomic: a kill mid-save leaves the previous checkpoint
         self.policy.save(self.out / "model")
 
@@ -165,20 +215,78 @@ class Trainer:
         path = self.out / CKPT
         if not path.exists():
             return False
-        s = torch.load(path, weights_only=False)
-        self.step, self.policy.version = s["step"], s["policy_version"]
-        self.policy.model.load_state_dict(s["model"])
-        self.learner.load_state_dict(s["learner"])
-        self.engine.load_state_dict(s["engine"] if "engine" in s else {"gen": s["engine_rng"]})
-        self.engine.update_weights(self.policy.version)
-        torch.set_rng_state(s["torch_rng"])
-        self.rng.bit_generator.state = s["numpy_rng"]
-        random.setstate(s["python_rng"])
-        self.planner.load_state_dict(s["planner"])
-        self.history.load_state_dict(s["history"])
-        self.ledger.load_state_dict(s["ledger"])
-        self.scorer.errors = s["scorer_errors"]
+        s = read_checkpoint(path)
+        try:
+            self.step, self.policy.version = s["step"], s["policy_version"]
+            self.policy.model.load_state_dict(s["model"])
+            check_finite_weights(self.policy)
+            self.learner.load_state_dict(s["learner"])
+            self.engine.load_state_dict(s["engine"])
+            self.engine.update_weights(self.policy.version)
+            torch.set_rng_state(s["torch_rng"])
+            self.rng.bit_generator.state = s["numpy_rng"]
+            random.setstate(s["python_rng"])
+            self.planner.load_state_dict(s["planner"])
+            self.history.load_state_dict(s["history"])
+            self.ledger.load_state_dict(s["ledger"])
+            self.scorer.errors, self.scorer.scored = s["scorer_errors"], s["scorer_scored"]
+            self.guard.skipped, self.skip_streak = s["skipped_steps"], s["skip_streak"]
+        except (KeyError, ValueError, RuntimeError, TypeError) as e:
+            raise ValueError(f"{path}: does not fit this run: {type(e).__name__}: {e}") from None
         return True
+
+
+class FiniteGuard:
+    """Wraps the learner for the driver: an update whose loss, gradient norm or any other statistic, or
+    whose new logits (on a few of the batch's sequences) are not finite is undone: weights, optimizer,
+    learner RNG and estimator state go back to before it, and it counts in `skipped`. A snapshot is taken
+    before each update: one copy of the weights and optimizer state, about 0.3% of a step of the embedded
+    model on a CPU."""
+
+    PROBE_ROWS = 4
+
+    def __init__(self, learner: Learner, policy: Policy):
+        self.learner, self.policy = learner, policy
+        self.skipped = 0
+
+    @property
+    def version(self) -> int:
+        return self.learner.version
+
+    def update(self, batch) -> dict:
+        snap = (_clone(self.policy.model.state_dict()), _clone(self.learner.state_dict()), self.policy.version)
+        stats = self.learner.update(batch)
+        if not stats.get("updated"):  # nothing changed
+            return stats
+        bad = [k for k, v in stats.items() if isinstance(v, float) and not math.isfinite(v)]
+        if not bad and self._finite_logits(batch):
+            return stats
+        self.policy.model.load_state_dict(snap[0])
+        self.learner.load_state_dict(snap[1])
+        self.policy.version = snap[2]
+        self.skipped += 1
+        return {**stats, "updated": 0, "skipped": 1}
+
+    @torch.no_grad()
+    def _finite_logits(self, batch) -> bool:
+        """Finite statistics (the gradient norm among them) from finite weights give finite weights, short of
+        an absurd lr; finite weights can still give logits that overflow, which sampling would fail on.
+        (Every weight is checked before each checkpoint.)"""
+        seqs = [r.prompt_ids + r.token_ids_T.tolist() for r in batch.rollouts[: self.PROBE_ROWS]]
+        ids, mask = self.policy._right_padded(seqs)
+        return bool(torch.isfinite(self.policy.full_logits(ids, mask)).all())
+
+
+def _clone(x):
+    """A copy of a state dict: tensors cloned, containers rebuilt, other values deep-copied (a fraction of
+    deepcopy's cost on an optimizer state)."""
+    if isinstance(x, torch.Tensor):
+        return x.detach().clone()
+    if isinstance(x, dict):
+        return {k: _clone(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(_clone(v) for v in x)
+    return copy.deepcopy(x)
 
 
 def check_prompts(task, pool, heldout, policy, cfg: Config) -> None:
@@ -229,13 +337,116 @@ def build_trainer_engine(cfg: Config, policy, **overrides):
 
 
 def _read_metrics(path: Path, upto: int) -> list[dict]:
+    """The rows up to the checkpoint's step. A last line cut short by a kill is dropped; any other line that
+    is not JSON is an error naming the line (the file is the run's record: never silently rewritten)."""
     if not path.exists():
         return []
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return [r for r in rows if r["step"] <= upto]
+    lines = path.read_text().split("\n")
+    rows = []
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i == len(lines):  # no newline after it: a write cut short
+                continue
+            raise ValueError(f"{path}: line {i} is not JSON; fix or remove it before resuming") from None
+    return [r for r in rows if isinstance(r, dict) and r.get("step", 0) <= upto]
 
 
 def _write_metrics(path: Path, rows: list[dict]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    _write_atomic(path, "".join(json.dumps(finite_row(r), allow_nan=False) + "\n" for r in rows))
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
     os.replace(tmp, path)
+
+
+def finite_row(row: dict) -> dict:
+    """The row as strict JSON can hold it: a non-finite float (NaN, inf) becomes null and its key is listed
+    in `nonfinite`, so the file parses everywhere and the loss of the value is visible."""
+    bad = [k for k, v in row.items() if isinstance(v, float) and not math.isfinite(v)]
+    if not bad:
+        return row
+    return {**{k: None if k in bad else v for k, v in row.items()},
+            "nonfinite": sorted(set(row.get("nonfinite") or []) | set(bad))}
+
+
+# ---- checkpoints hold plain data: tensors, numbers, strings, lists, tuples, dicts --------------------
+
+_TAG = "__rollwise__"
+
+
+def to_plain(x, where: str = "state"):
+    """`x` with numpy arrays and scalars, sets and dicts with non-plain keys turned into tagged plain data
+    that `torch.load(weights_only=True)` accepts and `from_plain` turns back, bit for bit. Anything else is
+    an error naming where it is: a checkpoint never holds an object that needs code to load."""
+    if x is None or isinstance(x, (bool, int, float, str, bytes, torch.Tensor)):
+        return x
+    if isinstance(x, np.ndarray):
+        if x.dtype.kind not in "biufc":
+            raise TypeError(f"{where}: cannot checkpoint a numpy array of dtype {x.dtype}")
+        arr = np.ascontiguousarray(x).astype(x.dtype.newbyteorder("="), copy=False)
+        return {_TAG: "ndarray", "dtype": arr.dtype.str, "data": torch.from_numpy(arr.copy())}
+    if isinstance(x, np.generic):
+        return {_TAG: "npscalar", "dtype": x.dtype.str, "value": x.item()}
+    if isinstance(x, (list, tuple)):
+        items = [to_plain(v, f"{where}[{i}]") for i, v in enumerate(x)]
+        return items if isinstance(x, list) else tuple(items)
+    if isinstance(x, (set, frozenset)):
+        return {_TAG: "set", "items": [to_plain(v, where) for v in x]}
+    if isinstance(x, dict):
+        plain_keys = all(isinstance(k, (str, int, float, bool)) and not isinstance(k, np.generic)
+                         and k != _TAG for k in x)
+        if plain_keys:
+            return {k: to_plain(v, f"{where}.{k}") for k, v in x.items()}
+        return {_TAG: "dict", "items": [[to_plain(k, where), to_plain(v, f"{where}.{k}")] for k, v in x.items()]}
+    raise TypeError(f"{where}: cannot checkpoint a {type(x).__module__}.{type(x).__qualname__}; a state_dict holds "
+                    "tensors, numpy arrays and plain Python data only")
+
+
+def from_plain(x):
+    if isinstance(x, list):
+        return [from_plain(v) for v in x]
+    if isinstance(x, tuple):
+        return tuple(from_plain(v) for v in x)
+    if isinstance(x, dict):
+        tag = x.get(_TAG)
+        if tag == "ndarray":
+            return x["data"].numpy().view(np.dtype(x["dtype"])).copy()
+        if tag == "npscalar":
+            return np.dtype(x["dtype"]).type(x["value"])
+        if tag == "set":
+            return {from_plain(v) for v in x["items"]}
+        if tag == "dict":
+            return {_hashable(from_plain(k)): from_plain(v) for k, v in x["items"]}
+        return {k: from_plain(v) for k, v in x.items()}
+    return x
+
+
+def _hashable(k):
+    return tuple(_hashable(v) for v in k) if isinstance(k, list) else k
+
+
+def read_checkpoint(path: Path) -> dict:
+    """A checkpoint's state, loaded with `weights_only=True`: tensors and plain data only, so a crafted
+    file cannot run code. Anything else (a foreign pickle, a truncated file, another format) is refused
+    with an error naming the file."""
+    try:
+        raw = torch.load(path, weights_only=True, map_location="cpu")
+    except pickle.UnpicklingError as e:
+        found = re.search(r"Unsupported global: GLOBAL (\S+)", str(e))
+        what = f" ({found.group(1)})" if found else ""
+        raise ValueError(f"{path}: refused: it holds objects other than tensors and plain data{what}, which a "
+                         "rollwise checkpoint never does; loading it could run code. Remove it, or use another "
+                         "--out") from None
+    except Exception as e:  # noqa: BLE001 - truncated, not a torch file, unreadable
+        raise ValueError(f"{path}: not a readable checkpoint ({type(e).__name__}: {str(e)[:200]})") from None
+    if not isinstance(raw, dict) or raw.get("format") != CKPT_FORMAT:
+        fmt = raw.get("format") if isinstance(raw, dict) else None
+        raise ValueError(f"{path}: checkpoint format {fmt} is not {CKPT_FORMAT} (written by another version of "
+                         "rollwise); start a new run in another --out")
+    return from_plain(raw)
