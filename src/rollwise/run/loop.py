@@ -2,6 +2,12 @@
 with held-out evaluation, JSON-lines metrics and exact kill-and-resume checkpoints.
 
 What protects a run and its directory:
+- `--out` is locked (flock on `<out>/.lock`) for the whole run: a second trainer on it fails at once.
+- A run writes only its own files (metrics.jsonl, config.json, checkpoint.pt, model/, config_changes.jsonl)
+  and never replaces one it did not write: a directory with those files but no checkpoint is refused
+  unless its config.json is this run's (a run that stopped before its first checkpoint).
+- A resume loads the checkpoint first, refuses a changed config unless allowed (run/config.py:
+  RESUME_MAY_CHANGE), and only then writes config.json.
 - Checkpoints hold tensors and plain data only and load with `torch.load(weights_only=True)`: a file that
   holds anything else is refused, never unpickled.
 - A step whose loss, gradient norm, new weights or new logits are not finite is undone and counted
@@ -32,12 +38,13 @@ from ..learn.learner import Learner
 from ..policy.policy import Policy
 from ..policy.warmstart import base_checkpoint
 from ..tasks.reward import Scorer
-from .config import Config, validate
+from .config import Config, config_changes, validate, RESUME_MAY_CHANGE
 from .driver import StepDriver
 from .evaluate import check_finite_weights, evaluate
 
 CKPT = "checkpoint.pt"
 CKPT_FORMAT = 2  # 2: plain data only (weights_only loading), the run's config, skipped-step counters
+RUN_FILES = ("metrics.jsonl", "config.json", "model", CKPT)  # what a run writes (and may replace)
 
 
 class RunStopped(RuntimeError):
@@ -45,9 +52,9 @@ class RunStopped(RuntimeError):
 
 
 class Trainer:
-    def __init__(self, cfg: Config, log=print):
+    def __init__(self, cfg: Config, log=print, allow_config_change: bool = False):
         validate(cfg)  # a config built in code gets the same checks as one loaded from a file
-        self.cfg, self.log = cfg, log
+        self.cfg, self.log, self.allow_config_change = cfg, log, allow_config_change
         self.out = Path(cfg.out)
         torch.manual_seed(cfg.seed)
         self.task = registry.get("task", cfg.task).obj(**cfg.task_options)
@@ -123,13 +130,16 @@ class Trainer:
         cfg = self.cfg
         self.out.mkdir(parents=True, exist_ok=True)
         try:
-            return self._run()
+            with OutLock(self.out):
+                return self._run()
         finally:
             self.scorer.close()  # the reward worker never outlives the run
 
     def _run(self) -> list[dict]:
         cfg = self.cfg
         resumed = self.load_checkpoint()
+        if not resumed:
+            self._check_fresh_out()
         # the exact settings of the run, written after a good load: `rollwise train --config <out>/config.json
         # --out NEW` reruns it
         _write_atomic(self.out / "config.json", json.dumps(cfg.to_dict(), indent=2, default=str))
@@ -167,6 +177,33 @@ class Trainer:
                 self.save_checkpoint()
         bar.close()
         return rows
+
+    def _check_fresh_out(self) -> None:
+        """A run that starts from step 0 may replace run files only if this run wrote them: its config.json
+        is this config (a run stopped before its first checkpoint). Anything else is refused."""
+        present = [f for f in RUN_FILES if (self.out / f).exists()]
+        if not present:
+            return
+        recorded = _read_config(self.out / "config.json")
+        if recorded is None:
+            raise ValueError(f"--out {self.out}: holds {', '.join(present)} but no {CKPT} and no config.json of a "
+                             "rollwise run; rollwise never replaces files it did not write: use a new or empty "
+                             "directory")
+        changes = config_changes(recorded, self.cfg)
+        if changes and not self.allow_config_change:
+            raise ValueError(f"--out {self.out}: holds a run started with other settings that stopped before its "
+                             f"first checkpoint ({_describe(changes)}); use another --out, or "
+                             "--allow-config-change to start it over with these settings")
+        self.log(f"{self.out}: starting over (its earlier run stopped before its first checkpoint)")
+        if changes:
+            self._record_changes(changes)
+
+    def _record_changes(self, changes: dict) -> None:
+        """A config change allowed on resume is said and recorded next to the run."""
+        self.log(f"{self.out}: resuming with changed settings ({_describe(changes)}), as --allow-config-change asks")
+        with (self.out / "config_changes.jsonl").open("a") as f:
+            f.write(json.dumps({"step": self.step, "changes": {k: list(v) for k, v in changes.items()}},
+                               default=str) + "\n")
 
     def _eval_due(self, tokens_before: int) -> bool:
         """Every eval_every steps, or at the first step boundary after each multiple of
@@ -216,6 +253,11 @@ class Trainer:
         if not path.exists():
             return False
         s = read_checkpoint(path)
+        changes = config_changes(json.loads(s["config"]), self.cfg)
+        if changes and not self.allow_config_change:
+            raise ValueError(f"--out {self.out}: the run there was made with other settings ({_describe(changes)}); "
+                             f"a resume may change only {', '.join(RESUME_MAY_CHANGE)}. Use another --out, or "
+                             "--allow-config-change to resume with the new settings")
         try:
             self.step, self.policy.version = s["step"], s["policy_version"]
             self.policy.model.load_state_dict(s["model"])
@@ -232,7 +274,10 @@ class Trainer:
             self.scorer.errors, self.scorer.scored = s["scorer_errors"], s["scorer_scored"]
             self.guard.skipped, self.skip_streak = s["skipped_steps"], s["skip_streak"]
         except (KeyError, ValueError, RuntimeError, TypeError) as e:
-            raise ValueError(f"{path}: does not fit this run: {type(e).__name__}: {e}") from None
+            hint = " (the settings changed: see above)" if changes else ""
+            raise ValueError(f"{path}: does not fit this run{hint}: {type(e).__name__}: {e}") from None
+        if changes:
+            self._record_changes(changes)
         return True
 
 
@@ -373,6 +418,60 @@ def finite_row(row: dict) -> dict:
         return row
     return {**{k: None if k in bad else v for k, v in row.items()},
             "nonfinite": sorted(set(row.get("nonfinite") or []) | set(bad))}
+
+
+def _read_config(path: Path) -> dict | None:
+    """config.json if it is a rollwise run's config (every field of Config), else None."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    from dataclasses import fields
+
+    if not isinstance(data, dict) or not {f.name for f in fields(Config)} <= set(data):
+        return None
+    return data
+
+
+def _describe(changes: dict) -> str:
+    return ", ".join(f"{k}: {json.dumps(a, default=str)} -> {json.dumps(b, default=str)}"
+                     for k, (a, b) in changes.items())
+
+
+# ---- --out is one run's: an exclusive lock held while it runs ---------------------------------------
+
+class OutLock:
+    """An exclusive `flock` on `<dir>/.lock`, held while a run (or a bench) uses the directory. The OS
+    drops it when the process ends, however it ends, so a killed run never leaves a stale lock."""
+
+    def __init__(self, directory: Path, what: str = "--out"):
+        self.path, self.what, self.f = Path(directory) / ".lock", what, None
+
+    def __enter__(self):
+        try:
+            import fcntl
+        except ImportError:  # not Unix: no lock
+            return self
+        f = open(self.path, "a+")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            f.seek(0)
+            holder = f.read().strip() or "unknown"
+            f.close()
+            raise ValueError(f"{self.what} {self.path.parent}: in use by another rollwise process (pid {holder}); "
+                             "wait for it to finish or use another directory") from None
+        f.seek(0)
+        f.truncate()
+        f.write(str(os.getpid()))
+        f.flush()
+        self.f = f
+        return self
+
+    def __exit__(self, *exc):
+        if self.f is not None:
+            self.f.close()  # closing drops the lock
+            self.f = None
 
 
 # ---- checkpoints hold plain data: tensors, numbers, strings, lists, tuples, dicts --------------------
