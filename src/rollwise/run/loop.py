@@ -537,8 +537,10 @@ def read_checkpoint(path: Path) -> dict:
     try:
         raw = torch.load(path, weights_only=True, map_location="cpu")
     except pickle.UnpicklingError as e:
-        found = re.search(r"Unsupported global: GLOBAL (\S+)", str(e))
-        what = f" ({found.group(1)})" if found else ""
+        found = re.search(r"(?:unsupported|Unsupported global:) GLOBAL (\S+)", str(e))  # torch words it both ways
+        if not found:  # not a pickle that asks for code: damaged or foreign
+            raise ValueError(f"{path}: not a readable checkpoint (its pickle stream is not valid)") from None
+        what = f" ({found.group(1)})"
         raise ValueError(f"{path}: refused: it holds objects other than tensors and plain data{what}, which a "
                          "rollwise checkpoint never does; loading it could run code. Remove it, or use another "
                          "--out") from None
