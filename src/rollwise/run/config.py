@@ -328,7 +328,9 @@ def flat(d: dict, prefix: str = "") -> dict:
 
 
 def config_changes(recorded: dict, cfg: Config) -> dict[str, tuple]:
-    """{field: (recorded value, new value)} for every field a resume may not change."""
-    old, new = flat(recorded), flat(cfg.to_dict())
-    return {k: (old.get(k), new.get(k)) for k in sorted(set(old) | set(new))
+    """{field: (recorded value, new value)} for every field a resume may not change. A field the record
+    lacks (added to Config since) counts as its default; one Config no longer has is ignored."""
+    new = flat(cfg.to_dict())
+    old = {**flat(Config().to_dict()), **{k: v for k, v in flat(recorded).items() if k in new}}
+    return {k: (old.get(k), new.get(k)) for k in sorted(new)
             if k not in RESUME_MAY_CHANGE and old.get(k) != new.get(k)}
