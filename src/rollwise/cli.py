@@ -85,10 +85,10 @@ def cmd_train(args) -> int:
 
 def cmd_eval(args) -> int:
     from .core import registry
-    from .policy.policy import Policy
     from .policy.warmstart import base_checkpoint
     from .run.config import load_config
     from .run.evaluate import check_finite_weights, evaluate
+    from .run.loop import load_policy
     from .tasks.reward import Scorer
 
     for name, least in (("size", 0), ("k", 0), ("samples", 0)):
@@ -99,7 +99,7 @@ def cmd_eval(args) -> int:
     cfg = load_config(args.config, _overrides(args))
     task = registry.get("task", cfg.task).obj(**cfg.task_options)
     path = args.model or cfg.model or base_checkpoint(task, cfg.warmstart)
-    policy = Policy.load(path)
+    policy = load_policy(path)
     policy.model.eval()
     try:
         check_finite_weights(policy)

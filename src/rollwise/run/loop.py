@@ -67,10 +67,13 @@ class Trainer:
             raise ValueError(f"task {cfg.task!r}: no held-out prompts to evaluate on (set eval_every=0 and "
                              "eval_every_tokens=0 to train without evaluation)")
         model_path = cfg.model or base_checkpoint(self.task, cfg.warmstart, log=log)
-        self.policy = Policy.load(model_path)
-        check_finite_weights(self.policy)
+        self.policy = load_policy(model_path)
+        try:
+            check_finite_weights(self.policy)
+        except ValueError as e:
+            raise ValueError(f"--model {model_path}: {e}") from None
         check_prompts(self.task, self.pool, self.heldout, self.policy, cfg)
-        ref = Policy.load(model_path) if cfg.learner.kl_coef > 0 else None
+        ref = load_policy(model_path) if cfg.learner.kl_coef > 0 else None
         self.engine = build_trainer_engine(cfg, self.policy)
         self.learner = Learner(self.policy, cfg.learner, ref, seed=cfg.seed)
         self.history, self.ledger = PromptHistory(len(self.pool)), Ledger()
@@ -334,6 +337,17 @@ def _clone(x):
     return copy.deepcopy(x)
 
 
+def load_policy(path) -> Policy:
+    """Policy.load, any failure to read the directory (a missing or damaged weights file, a config that
+    does not fit) as one error naming it."""
+    try:
+        return Policy.load(path)
+    except (ValueError, OSError) as e:
+        raise ValueError(str(e) if str(path) in str(e) else f"--model {path}: {e}") from None
+    except Exception as e:  # noqa: BLE001 - safetensors, transformers and torch raise their own types
+        raise ValueError(f"--model {path}: cannot load it ({type(e).__name__}: {str(e)[:200]})") from None
+
+
 def check_prompts(task, pool, heldout, policy, cfg: Config) -> None:
     """Before any training: every prompt is in the policy's vocabulary and fits its context with
     max_new_tokens to spare; for a task whose verifier compares the response with the answer
@@ -421,14 +435,16 @@ def finite_row(row: dict) -> dict:
 
 
 def _read_config(path: Path) -> dict | None:
-    """config.json if it is a rollwise run's config (every field of Config), else None."""
+    """config.json if it is a rollwise run's config (Config's fields only, the core ones present: a record
+    of an older version lacks newer fields), else None."""
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
     from dataclasses import fields
 
-    if not isinstance(data, dict) or not {f.name for f in fields(Config)} <= set(data):
+    known = {f.name for f in fields(Config)}
+    if not isinstance(data, dict) or not set(data) <= known or not {"out", "planner", "learner", "seed"} <= set(data):
         return None
     return data
 
