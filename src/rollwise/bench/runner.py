@@ -127,8 +127,9 @@ def run_all(cfg: BenchConfig, log=print) -> None:
     check_engine(cfg.engine)
     if cfg.jobs < 1:
         raise ValueError(f"bench: --jobs must be >= 1, got {cfg.jobs}")
-    if cfg.seeds < 1:
-        raise ValueError(f"bench: --seeds must be >= 1, got {cfg.seeds}")
+    for name, value in (("seeds", cfg.seeds), ("pool-size", cfg.pool_size)):
+        if value < 1:
+            raise ValueError(f"bench: --{name} must be >= 1, got {value}")
     if not str(cfg.out).strip():
         raise ValueError("bench: --out must name a directory, got an empty string")
     Path(cfg.out).mkdir(parents=True, exist_ok=True)
