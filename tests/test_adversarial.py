@@ -265,6 +265,36 @@ def test_bench_locks_its_out_and_names_never_become_paths(tmp_path):
         safe_name("..")
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_bench_trainer_dies_with_the_bench(tmp_path):
+    """A trainer started by a bench (ROLLWISE_PARENT_PID set, as run_all does) ends when the bench is
+    SIGKILLed, which no cleanup code in the bench sees."""
+    import signal
+
+    child = ("import sys, time; from rollwise.cli import die_with_parent; die_with_parent(); "
+             f"open({str(tmp_path / 'ready')!r}, 'w').close(); time.sleep(60)")
+    bench = ("import os, subprocess, sys, time; "
+             f"p = subprocess.Popen([sys.executable, '-c', {child!r}], env={{**os.environ, 'ROLLWISE_PARENT_PID': str(os.getpid())}}); "
+             f"open({str(tmp_path / 'pid')!r}, 'w').write(str(p.pid)); time.sleep(60)")
+    parent = subprocess.Popen([sys.executable, "-c", bench])
+    deadline = time.time() + 30
+    while not (tmp_path / "ready").exists() and time.time() < deadline:
+        time.sleep(0.05)
+    pid = int((tmp_path / "pid").read_text())
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        try:
+            state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            state = "gone"
+        if state in ("gone", "Z"):
+            break
+        time.sleep(0.05)
+    assert state in ("gone", "Z"), f"the trainer outlived its bench (state {state})"
+
+
 # ---- 6. --out never destroys files -------------------------------------------------------------------
 
 def test_out_with_foreign_files_and_no_checkpoint_is_refused(tmp_path, small_policy):
