@@ -74,6 +74,19 @@ def test_crafted_checkpoint_is_refused_and_runs_nothing(tmp_path, small_policy):
     assert not marker.exists()
 
 
+def test_config_cannot_make_a_planner_or_task_of_a_command(tmp_path):
+    """A config names components by import path and builds them with its options: a callable that is not a
+    component of that kind is refused before it is called."""
+    marker = tmp_path / "pwned"
+    for overrides, msg in (({"planner": "os:system", "planner_options": {"os:system": {"command": f"touch {marker}"}}},
+                            "is not a planner component"),
+                           ({"task": "subprocess:Popen", "task_options": {"args": f"touch {marker}", "shell": True}},
+                            "is not a task")):
+        with pytest.raises(ValueError, match=msg):
+            load_config(None, overrides)
+    assert not marker.exists()
+
+
 def test_checkpoint_state_is_plain_data_and_round_trips_exactly(tmp_path):
     rng = np.random.default_rng(7)
     rng.random(3)

@@ -100,6 +100,7 @@ def validate(cfg: Config) -> None:
     from ..core import registry
 
     check_fields(cfg)
+    check_imported_kinds(cfg)
     for name, opts in cfg.planner_options.items() if isinstance(cfg.planner_options, dict) else ():
         if isinstance(opts, dict) and name in cfg.planner.split("+"):
             check_option_types(registry.get("planner", name).obj, opts, f"planner_options.{name}")
@@ -146,6 +147,26 @@ def validate(cfg: Config) -> None:
                                skip=4 if isinstance(rc, type) else 3, label=L.recompose)
     elif L.recompose_options:
         raise ValueError("learner.recompose_options: set, but learner.recompose is 'none'")
+
+
+def check_imported_kinds(cfg: Config) -> None:
+    """A component named by import path ('module:Attr') is built with the config's options, so it must be
+    what its kind expects before anything calls it: a planner is a Component subclass, a task a class with
+    train_pool/heldout/verify. `--planner os:system` or `--task subprocess:Popen` with options that name a
+    command is then refused instead of run. (Naming a module still imports it: a config file names code.)"""
+    from ..control.base import Component
+    from ..core import registry
+
+    for name in (n.strip() for n in cfg.planner.split("+")):
+        if ":" in name:
+            obj = registry.get("planner", name).obj
+            if not (isinstance(obj, type) and issubclass(obj, Component)):
+                raise ValueError(f"planner {name!r} is not a planner component (a subclass of "
+                                 "rollwise.control.base.Component)")
+    if ":" in cfg.task:
+        obj = registry.get("task", cfg.task).obj
+        if not (isinstance(obj, type) and all(hasattr(obj, m) for m in ("train_pool", "heldout", "verify"))):
+            raise ValueError(f"task {cfg.task!r} is not a task (a class with train_pool, heldout and verify)")
 
 
 # ---- types and ranges of every field ---------------------------------------------------------------
