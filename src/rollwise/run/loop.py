@@ -277,7 +277,7 @@ class Trainer:
             self.scorer.errors, self.scorer.scored = s["scorer_errors"], s["scorer_scored"]
             self.guard.skipped, self.skip_streak = s["skipped_steps"], s["skip_streak"]
         except (KeyError, ValueError, RuntimeError, TypeError) as e:
-            hint = " (the settings changed: see above)" if changes else ""
+            hint = f" with the changed settings ({_describe(changes)})" if changes else ""
             raise ValueError(f"{path}: does not fit this run{hint}: {type(e).__name__}: {e}") from None
         if changes:
             self._record_changes(changes)
@@ -561,7 +561,8 @@ def read_checkpoint(path: Path) -> dict:
                          "rollwise checkpoint never does; loading it could run code. Remove it, or use another "
                          "--out") from None
     except Exception as e:  # noqa: BLE001 - truncated, not a torch file, unreadable
-        raise ValueError(f"{path}: not a readable checkpoint ({type(e).__name__}: {str(e)[:200]})") from None
+        first = str(e).split(". ")[0][:200]
+        raise ValueError(f"{path}: not a readable checkpoint ({type(e).__name__}: {first})") from None
     if not isinstance(raw, dict) or raw.get("format") != CKPT_FORMAT:
         fmt = raw.get("format") if isinstance(raw, dict) else None
         raise ValueError(f"{path}: checkpoint format {fmt} is not {CKPT_FORMAT} (written by another version of "
