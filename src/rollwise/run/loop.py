@@ -71,7 +71,7 @@ class Trainer:
         try:
             check_finite_weights(self.policy)
         except ValueError as e:
-            raise ValueError(f"--model {model_path}: {e}") from None
+            raise ValueError(f"model {model_path}: {e}") from None
         check_prompts(self.task, self.pool, self.heldout, self.policy, cfg)
         ref = load_policy(model_path) if cfg.learner.kl_coef > 0 else None
         self.engine = build_trainer_engine(cfg, self.policy)
@@ -130,7 +130,6 @@ class Trainer:
 
     # ---- the run ---------------------------------------------------------------------------
     def run(self) -> list[dict]:
-        cfg = self.cfg
         self.out.mkdir(parents=True, exist_ok=True)
         try:
             with OutLock(self.out):
@@ -343,9 +342,9 @@ def load_policy(path) -> Policy:
     try:
         return Policy.load(path)
     except (ValueError, OSError) as e:
-        raise ValueError(str(e) if str(path) in str(e) else f"--model {path}: {e}") from None
+        raise ValueError(str(e) if str(path) in str(e) else f"model {path}: {e}") from None
     except Exception as e:  # noqa: BLE001 - safetensors, transformers and torch raise their own types
-        raise ValueError(f"--model {path}: cannot load it ({type(e).__name__}: {str(e)[:200]})") from None
+        raise ValueError(f"model {path}: cannot load it ({type(e).__name__}: {str(e)[:200]})") from None
 
 
 def check_prompts(task, pool, heldout, policy, cfg: Config) -> None:
