@@ -86,7 +86,7 @@ class AsyncLoop:
                 tr.planner.observe(out.batch, ctx)
                 self.queue.put((t, ctx, out, tr.ledger_view(), before))
         except BaseException as e:  # noqa: BLE001 - handed to the learner thread, which re-raises it
-            self.error = e
+            self.error = tr.sampling_failed(e) if isinstance(e, RuntimeError) else e
         finally:
             self.queue.put(None)
 
@@ -103,7 +103,7 @@ class AsyncLoop:
                 t, ctx, out, view, before = item
                 t0 = time.perf_counter()
                 with tr.ledger.timer("learn"):
-                    out.stats = tr.learner.update(out.batch)
+                    out.stats = tr.guard.update(out.batch)  # non-finite updates undone
                 tr.step = t + 1
                 self.weights[tr.step] = _snapshot(tr.policy)
                 for k in [k for k in self.weights if k < tr.step - self.S]:
@@ -121,6 +121,8 @@ class AsyncLoop:
                 row["gen_s"] = tr.ledger.seconds.get("generate", 0.0)
                 row["worker_restarts"] = self.pool.restarts
                 rows.append(tr._log_row(row, metrics_file))
+                if tr.skip_streak >= cfg.max_skipped_steps:
+                    raise tr.too_many_skips(row)
                 if tr.step % cfg.checkpoint_every == 0 or last:
                     self._checkpoint()
                 if last:
