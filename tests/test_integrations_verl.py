@@ -143,6 +143,20 @@ def test_refuses_what_verl_cannot_serve_by_name(planner, needs):
         make_buffer(make_trainer(), planner)
 
 
+def test_verl_builds_the_buffer_from_the_documented_config():
+    """verl's own _build_replay_buffer, reading the config keys of docs/integrations.md."""
+    trainer = make_trainer()
+    trainer.config = OmegaConf.merge(trainer.config, OmegaConf.create({"trainer": {"v1": {
+        "trainer_mode": "sync", "sync": {},
+        "sampler": {"max_off_policy_threshold": 8, "max_off_policy_strategy": "drop",
+                    "custom_sampler": {"path": "pkg://rollwise.integrations.verl", "name": "RollwiseReplayBuffer"},
+                    "sampler_kwargs": {"planner": "greso+dapo", "seed": 0, "correct_field": "acc"}}}}}))
+    buffer = PPOTrainer._build_replay_buffer.__get__(trainer)()
+    assert isinstance(buffer, rv.RollwiseReplayBuffer)
+    assert buffer.spec == "greso+dapo" and buffer.correct_field == "acc"
+    assert trainer._next_train_batch == buffer._next_train_batch  # the trainer now submits the planner's prompts
+
+
 def test_refuses_async_modes_double_filtering_and_a_missing_trainer():
     trainer = make_trainer()
     with pytest.raises(ValueError, match="trainer_mode=sync only"):
