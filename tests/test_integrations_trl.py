@@ -46,12 +46,13 @@ def tiny_llama():
     return LlamaForCausalLM(cfg), tok
 
 
-def make_trainer(tmp_path, planner, prompts_per_batch=4, max_steps=2, pool=len(KINDS), **kw):
+def make_trainer(tmp_path, planner, prompts_per_batch=4, max_steps=2, pool=len(KINDS), save_steps=None, **kw):
     model, tok = tiny_llama()
     ds = datasets.Dataset.from_dict({"prompt": [f"{i}+{i}=" for i in range(pool)], "kind": KINDS[:pool]})
     args = GRPOConfig(output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, report_to="none",
                       per_device_train_batch_size=prompts_per_batch * G, num_generations=G, max_completion_length=6,
-                      max_steps=max_steps, save_strategy="no", learning_rate=1e-3, seed=0, logging_steps=1,
+                      max_steps=max_steps, save_strategy="steps" if save_steps else "no", save_steps=save_steps or 500,
+                      learning_rate=1e-3, seed=0, logging_steps=1,
                       disable_tqdm=True)
     return rt.RollwiseGRPOTrainer(model=model, reward_funcs=scripted_reward, args=args, train_dataset=ds,
                                   processing_class=tok, planner=planner, **kw)
@@ -146,7 +147,8 @@ def test_per_prompt_group_sizes_generate_only_n_rows(tmp_path, monkeypatch):
 
 
 def test_greso_dapo_trains_inside_trl(tmp_path):
-    trainer = make_trainer(tmp_path, "greso+dapo", max_steps=3, pool=12)  # small: prompts come back at step 2
+    trainer = make_trainer(tmp_path, "greso+dapo", max_steps=3, pool=12,  # small: prompts come back at step 2
+                           save_steps=3)
     before = [p.detach().clone() for p in trainer.model.parameters()]
     trainer.train()
     assert trainer.state.global_step == 3 and len(trainer.rollwise_log) == 3
@@ -158,6 +160,12 @@ def test_greso_dapo_trains_inside_trl(tmp_path):
     assert h.visits.sum() == sum(e["prompts"] for e in trainer.rollwise_log)
     # GRESO acts on that history: the prompts that were always zero-variance get skipped from step 2 on
     assert sum(e.get("skipped", 0) for e in trainer.rollwise_log) > 0
+    # the checkpoint carries the planner: a resumed trainer starts from the same history and GRESO state
+    resumed = make_trainer(tmp_path, "greso+dapo", max_steps=3, pool=12)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "out" / "checkpoint-3"))  # nothing left to train
+    assert (resumed.rollwise.history.visits == h.visits).all() and resumed.rollwise.step_count == 3
+    greso = trainer.rollwise.planner.components[0]
+    assert resumed.rollwise.planner.components[0].state_dict() == greso.state_dict()
 
 
 def test_hive_reads_prompt_entropy_from_the_trl_model(tmp_path):

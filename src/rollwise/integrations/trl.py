@@ -36,7 +36,8 @@ How it hooks in (the choices, and why):
   results (ar3po, aero, dars, pilot-commit, oracle, pvpo, sgpo, cures, dots), per-step sampling
   parameters (e3's temperature), per-prompt sizes where padding is impossible (above). One process
   only (several would have to agree on every planner decision); map-style datasets only (the planner
-  indexes the pool). Evaluation runs TRL's own path, untouched.
+  indexes the pool). Evaluation runs TRL's own path, untouched. Checkpoints carry the planner's state,
+  PromptHistory and RNG (`rollwise_planner.pkl` beside TRL's files), so a resumed run goes on learning.
 
 Per planner step the trainer logs `rollwise/*` metrics and appends a dict to `trainer.rollwise_log`.
 """
@@ -44,6 +45,8 @@ from __future__ import annotations
 
 import inspect
 import math
+import os
+import pickle
 import warnings
 from collections.abc import Callable
 
@@ -71,7 +74,10 @@ HOOKS = {
     "_generate_and_score_completions": ("self", "inputs"),
     "_generate_single_turn": ("self", "prompt_ids", "images", "multimodal_fields", "num_generations"),
     "_calculate_rewards": ("self", "inputs", "prompts", "completions", "completion_ids_list"),
+    "_save_checkpoint": ("self", "model", "trial"),
+    "_load_optimizer_and_scheduler": ("self", "checkpoint"),
 }
+STATE_FILE = "rollwise_planner.pkl"  # the planner, its PromptHistory and its RNG, beside TRL's checkpoint
 # Keys of `_generate_and_score_completions`'s output that the batch merge knows how to pad.
 _LEFT_PADDED = {"prompt_ids", "prompt_mask"}
 _RIGHT_PADDED = {"completion_ids", "completion_mask", "tool_mask", "old_per_token_logps", "ref_per_token_logps",
@@ -264,6 +270,21 @@ class RollwiseGRPOTrainer(GRPOTrainer):
             rewards_per_func[self._rollwise_pad.to(rewards_per_func.device)] = math.nan  # padding: no reward
             self._rollwise_rewards = rewards_per_func.detach().float().cpu().clone()
         return rewards_per_func
+
+    # ---- checkpoints: the planner's state beside TRL's (as TRL keeps its entropy controller's) ---------
+    def _save_checkpoint(self, model, trial):
+        super()._save_checkpoint(model, trial)
+        if self.args.should_save:
+            folder = os.path.join(self._get_output_dir(trial=trial), f"checkpoint-{self.state.global_step}")
+            with open(os.path.join(folder, STATE_FILE), "wb") as f:
+                pickle.dump(self.rollwise.state_dict(), f)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        super()._load_optimizer_and_scheduler(checkpoint)
+        path = None if checkpoint is None else os.path.join(checkpoint, STATE_FILE)
+        if path is not None and os.path.exists(path):
+            with open(path, "rb") as f:
+                self.rollwise.load_state_dict(pickle.load(f))
 
     # ---- the batch TRL trains on -----------------------------------------------------------
     def _rollwise_batch(self, rounds, result: StepResult) -> dict:
