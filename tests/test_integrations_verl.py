@@ -105,11 +105,14 @@ def train_keys_left():
 @pytest.fixture(scope="module")
 def transfer_queue():
     # Ray CPUs are logical: TransferQueue's controller and two storage units need 3, this machine has 2 cores.
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    started = not ray.is_initialized()  # another suite's Ray is reused, not shut down under it
+    if started:
+        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
     tq.init()
     yield
     tq.close()
-    ray.shutdown()
+    if started:
+        ray.shutdown()
 
 
 def test_contract_with_installed_verl():
