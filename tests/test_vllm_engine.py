@@ -73,6 +73,17 @@ def vllm_engine(**kw):
     return VLLMEngine(pol, **{"max_new_tokens": 8, "seed": 0, "dtype": "float32", "llm_options": LLM_OPTIONS, **kw})
 
 
+@pytest.fixture(scope="module", autouse=True)
+def stop_vllm_at_the_end():
+    """Shut the shared vLLM down while pytest's output is still open (at exit its logging hits closed
+    streams). test_contracts.py, which shares it, runs before this module."""
+    yield
+    if shared_policy.cache_info().currsize:
+        rt = getattr(shared_policy()[0], "_vllm_runtime", None)
+        if rt is not None:
+            rt.shutdown()
+
+
 @pytest.fixture
 def restore_weights():
     """Put the shared policy's weights back (in the policy and in vLLM) after a test that changes them."""

@@ -167,7 +167,12 @@ class VLLMRuntime:
             from safetensors.torch import save
 
             state = state_dict if state_dict is not None else dict(self.policy.model.named_parameters())
-            blob = save({k: v.detach().to("cpu").contiguous() for k, v in state.items()})
+            seen, tensors = set(), {}
+            for k, v in state.items():  # tied weights (embeddings = LM head) once: vLLM ties them itself
+                if v.data_ptr() not in seen:
+                    seen.add(v.data_ptr())
+                    tensors[k] = v.detach().to("cpu").contiguous()
+            blob = save(tensors)
             self.llm.collective_rpc("rollwise_load_weights", args=(blob,))
         else:
             if state_dict is not None:
@@ -175,6 +180,12 @@ class VLLMRuntime:
                                  "update_weights(version, state_dict) needs weight_sync='reload'")
             self._transfer_engine().send_weights()
         self.llm.reset_prefix_cache()
+
+    def shutdown(self) -> None:
+        """Stop vLLM now (frees its memory); an engine built for this policy afterwards starts a new one."""
+        self.llm.llm_engine.engine_core.shutdown()
+        if getattr(self.policy, "_vllm_runtime", None) is self:
+            del self.policy._vllm_runtime
 
     def _transfer_engine(self):
         if self._sender is None:
@@ -268,7 +279,7 @@ class VLLMEngine:
         return {"samples": self._samples}
 
     def load_state_dict(self, s: dict) -> None:
-        self._samples = int(s["samples"])
+        self._samples = int(s.get("samples", 0))  # 0: a checkpoint written by another engine
 
     # ---- the Engine protocol ---------------------------------------------------------------
     def submit(self, requests: list[Request]) -> None:
