@@ -153,7 +153,14 @@ def requests(ns, **kw):
     return [Request(PROMPTS[i % 3], n, id=i, **kw) for i, n in enumerate(ns)]
 
 
-ENGINES = {"torch": torch_engine, "sim": sim_engine}
+def vllm_engine():
+    """The vLLM engine over test_vllm_engine's shared small Llama (skips where vllm does not import)."""
+    from test_vllm_engine import vllm_engine as build
+
+    return build()
+
+
+ENGINES = {"torch": torch_engine, "sim": sim_engine, "vllm": vllm_engine}
 
 
 def test_every_registered_engine_is_contract_tested():
