@@ -155,8 +155,10 @@ def test_greedy_equals_the_torch_engine_and_max_tokens_per_request():
     reqs = lambda: [Request(p, 1, id=i, sampling=greedy) for i, p in enumerate(PROMPTS)]  # noqa: E731
     v = run_sync(vllm_engine(max_new_tokens=10), reqs())
     t = run_sync(TorchEngine(pol, max_new_tokens=10), reqs())
-    assert [e.group.rollouts[0].token_ids_T.tolist() for e in v] == [e.group.rollouts[0].token_ids_T.tolist() for e in t]
-    short = run_sync(vllm_engine(max_new_tokens=10), [Request(PROMPTS[1], 4, id=0, sampling=SamplingParams(max_tokens=2))])
+    tokens = lambda events: [e.group.rollouts[0].token_ids_T.tolist() for e in events]  # noqa: E731
+    assert tokens(v) == tokens(t)
+    short = run_sync(vllm_engine(max_new_tokens=10),
+                     [Request(PROMPTS[1], 4, id=0, sampling=SamplingParams(max_tokens=2))])
     assert all(r.num_tokens <= 2 for r in short[0].group.rollouts)
     assert all(r.finish_reason == "length" for r in short[0].group.rollouts if r.num_tokens == 2)
 
@@ -219,18 +221,12 @@ def test_weight_update_changes_outputs_to_the_new_policys(restore_weights):
     assert [e.group.rollouts[0].token_ids_T.tolist() for e in after] == want != before
     rows = [e.group.rollouts[0] for e in after]
     assert mismatch(pol, rows, 1.0)["max_abs"] < LOGPROB_TOL
-    # an explicit state_dict goes to vLLM as given (the policy object is not touched)
-    eng.update_weights(pol.version + 2, state_dict={k: v for k, v in restore_weights_saved(pol).items()})
-    back = [e.group.rollouts[0].token_ids_T.tolist() for e in run_sync(eng, greedy)]
-    assert back == before
-
-
-def restore_weights_saved(pol):
-    """The checkpoint's original weights (what restore_weights will put back)."""
+    # an explicit state_dict (here the checkpoint's) goes to vLLM as given; the policy object is not touched
     from safetensors.torch import load_file
 
-    _, path = shared_policy()
-    return load_file(str(path / "model.safetensors"))
+    eng.update_weights(pol.version + 2, state_dict=load_file(str(shared_policy()[1] / "model.safetensors")))
+    back = [e.group.rollouts[0].token_ids_T.tolist() for e in run_sync(eng, greedy)]
+    assert back == before
 
 
 def test_top_p_logprobs_full_and_nucleus():

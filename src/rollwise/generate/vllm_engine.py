@@ -303,9 +303,9 @@ class VLLMEngine:
                 live.reason = ["length"] * live.drawn
                 self._ready.append(self._finished(live))
                 continue
-            sp = SamplingParams(n=live.drawn, temperature=t, top_p=p, max_tokens=live.limit, seed=self._seed(live.drawn),
-                                logprobs=self.entropy_topk, stop_token_ids=[pol.eos_id], detokenize=False,
-                                output_kind=RequestOutputKind.DELTA)
+            sp = SamplingParams(n=live.drawn, temperature=t, top_p=p, max_tokens=live.limit,
+                                seed=self._seed(live.drawn), logprobs=self.entropy_topk,
+                                stop_token_ids=[pol.eos_id], detokenize=False, output_kind=RequestOutputKind.DELTA)
             vid = f"{self.owner}:{r.id}"
             if vid in self._live:
                 raise ValueError(f"request id {r.id} is already running")
