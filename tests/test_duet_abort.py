@@ -251,3 +251,14 @@ def test_trainer_runs_duet_abort_on_the_embedded_default(tmp_path, small_policy)
     assert led.count("train", "pruned") == rows[-1]["tok/train/pruned/decoded"]
     again, _ = run("b")
     assert again == rows
+
+
+def test_async_mode_refuses_duet_abort_by_name(tmp_path, small_policy):
+    from conftest import SMALL
+    from rollwise.run.config import load_config
+    from rollwise.run.loop import Trainer
+
+    cfg = load_config(None, {**SMALL, "out": str(tmp_path / "a"), "steps": 1, "eval_every": 0, "mode": "async",
+                             "planner": "duet-abort"})
+    with pytest.raises(ValueError, match="--mode async .* cannot run planner 'duet-abort': duet-abort needs in-flight"):
+        Trainer(cfg).run()

@@ -32,7 +32,8 @@ weight 1/q and everything below marked [INF])::
 
   * Pruned samples are dropped from the loss and from their group ([INF], the spec's default, not
     "abort = failure"): the driver charges their tokens to fate "pruned" and the group's advantages
-    use the survivors. A group left empty is dropped from the batch.
+    use the survivors. A group left empty is dropped from the batch. PromptHistory (and so the count
+    half's pass rates) records the survivors only. Step metrics: duet/stopped, duet/kept, duet/pruned.
   * The survivors' weight 1/q reaches the learner as `Rollout.meta["is_weight"]`, a detached
     multiplier of every token's loss of that row (Horvitz-Thompson: the expected gradient matches the
     no-abort estimator over samples that reach the gate). `self_normalize=true` divides the weights
