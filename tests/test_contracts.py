@@ -92,7 +92,7 @@ def test_planner_state_round_trips_and_resumes_exactly(spec):
 @pytest.mark.parametrize("spec", PLANNERS)
 def test_hosts_that_cannot_sample_refuse_by_name(spec):
     planner = build_planner(spec, N, np.random.default_rng(0))
-    if planner.needs_sampling or planner.needs_policy or planner.refill:
+    if planner.needs_sampling or planner.needs_policy or planner.refill or planner.needs_inflight:
         with pytest.raises(ValueError, match="cannot run planner"):
             planner.require("a test host")
         return

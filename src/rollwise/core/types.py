@@ -23,7 +23,7 @@ PURPOSES: tuple[str, ...] = ("train", "pilot", "profile", "oracle", "eval")
 FATES: tuple[str, ...] = ("new", "open", "trained", "discarded", "scored", "aborted", "pruned", "carried")
 KINDS: tuple[str, ...] = ("decoded", "draft", "shared")
 Status = Literal["done", "partial", "aborted", "pruned"]
-FinishReason = Literal["eos", "length", "budget", "aborted", "pruned"]
+FinishReason = Literal["eos", "length", "stop", "budget", "aborted", "pruned"]  # "stop": ended by a caller, kept
 
 
 @dataclass(frozen=True)

@@ -112,7 +112,7 @@ class Trainer:
 
     def context(self, step: int) -> StepContext:
         return StepContext(step, self.cfg.batch_size, self.cfg.n, self.pool, self.history, self.ledger, self.rng,
-                           self.policy)
+                           self.policy, task=self.task)
 
     def ledger_view(self) -> dict:
         """The ledger's figures for a metrics row (taken right after a step's rollouts are settled)."""
