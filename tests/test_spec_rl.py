@@ -12,7 +12,7 @@ from rollwise.core.history import PromptHistory
 from rollwise.core.ledger import Ledger
 from rollwise.core.types import Prompt
 from rollwise.generate.torch_engine import TorchEngine
-from rollwise.replay.spec_rl import Draft, RolloutStore, first_rejection
+from rollwise.replay.spec_rl import MEASURED_DRAFT_COST, Draft, RolloutStore, first_rejection
 from rollwise.run.driver import StepDriver
 
 from fakes import Learner, make_ctx
@@ -45,6 +45,14 @@ def test_acceptance_is_monotone_in_lenience():
     log_u = torch.rand(200, 30, generator=g).log()
     lens = [sum(first_rejection(new[i], old[i], log_u[i], b) for i in range(200)) for b in (0.0, 0.2, 0.5, 1.0, 2.0)]
     assert lens == sorted(lens) and lens[0] < lens[-1]
+
+
+def test_the_default_draft_cost_is_the_recorded_measurement():
+    import json
+    from pathlib import Path
+
+    rec = json.loads((Path(__file__).parents[1] / "benchmarks/results/prefill_decode_ratio.json").read_text())
+    assert MEASURED_DRAFT_COST == rec["draft_cost"] == rec["results"][0]["ratio"]
 
 
 def test_bad_options_fail_clearly():
@@ -185,9 +193,9 @@ def test_train_with_spec_rl_reuses_drafts_and_resumes_exactly(tmp_path, small_po
     led = trainer.ledger
     assert "spec/accept_rate" not in rows[0] and rows[1]["spec/drafts"] == 8 * 4
     assert led.count(kind="draft") > 0 and led.verified_tokens >= led.count(kind="draft")
-    assert led.draft_cost == trainer.planner.draft_cost == 0.94
+    assert led.draft_cost == trainer.planner.draft_cost == MEASURED_DRAFT_COST
     decoded = led.count(kind="decoded") - led.count("eval") - led.count("oracle")
-    assert rows[-1]["tokens"] == led.budget_tokens() == decoded + round(0.94 * led.verified_tokens)
+    assert rows[-1]["tokens"] == led.budget_tokens() == decoded + round(MEASURED_DRAFT_COST * led.verified_tokens)
     assert rows[-1]["tok/verified"] == led.verified_tokens
     train(tmp_path / "part", 2)
     resumed, rows_b = train(tmp_path / "part", 3)

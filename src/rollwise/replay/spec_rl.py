@@ -32,11 +32,13 @@ rollwise's choices [INF]:
 
 Cost: accepted tokens are charged as kind "draft" (not "decoded"). The budget adds every draft token
 the verification scored, accepted or rejected (the prefill reads them all), times `draft_cost`, the
-torch engine's prefill/decode cost per token. The default, 0.94, is the ratio measured by
-benchmarks/prefill_decode_ratio.py at the default run's shape (256 rows, 10-token drafts, 1 CPU thread;
-benchmarks/results/prefill_decode_ratio.json): on this small model a prefill token costs about as much
-as a decoded one. The resumed row's prefill of prompt + accepted prefix counts as prompt tokens, as for
-every resumed row.
+torch engine's prefill/decode cost per token. The default, 0.566, is the ratio recorded by
+`OMP_NUM_THREADS=1 python benchmarks/prefill_decode_ratio.py --repeats 11` at the default run's shape
+(the embedded tiny model, 256 rows, 10-token drafts, 1 CPU thread; benchmarks/results/
+prefill_decode_ratio.json). The machine was shared (load 5-9 on 2 cores): earlier runs of the same
+script gave 0.68-0.80 at 10 tokens and 0.48-0.60 at 40, so re-measure on a quiet machine, or on your
+engine, and pass `draft_cost`. The resumed row's prefill of prompt + accepted prefix counts as prompt
+tokens, as for every resumed row.
 """
 from __future__ import annotations
 
@@ -51,7 +53,7 @@ from ..control.base import Component, StepContext
 from ..core.registry import register
 from ..core.types import Group, Request, Rollout
 
-MEASURED_DRAFT_COST = 0.94  # benchmarks/results/prefill_decode_ratio.json, L = 10, 256 rows
+MEASURED_DRAFT_COST = 0.566  # benchmarks/results/prefill_decode_ratio.json: "draft_cost" (L = 10, 256 rows)
 
 
 def first_rejection(logp_new_T: torch.Tensor, logp_old_T: torch.Tensor, log_u_T: torch.Tensor,
@@ -124,7 +126,7 @@ class RolloutStore:
 class SpecRL(Component):
     """Speculative rollouts over cached trajectories. `lenience`: l of the acceptance rule (> 0; inf
     accepts every draft whole); `draft_cost`: a verified draft token's cost in decoded tokens (default:
-    the torch engine's measured prefill/decode ratio, 0.94); `seed`: of the acceptance draws;
+    the torch engine's measured prefill/decode ratio, 0.566); `seed`: of the acceptance draws;
     `store_tokens`: the store's bound in draft tokens. Composes with selectors, allocators and filters
     (`ar3po+spec-rl`, `greso+spec-rl`, `spec-rl+dapo`); not with partial rollouts (april)."""
 
