@@ -207,3 +207,14 @@ def test_train_with_spec_rl_reuses_drafts_and_resumes_exactly(tmp_path, small_po
 def test_spec_rl_composes_with_planners(tmp_path, small_policy, spec):
     trainer, rows = train(tmp_path, 2, planner=spec)
     assert rows[-1]["step"] == 2 and trainer.ledger.count(fate="open") == 0
+
+
+def test_async_mode_refuses_spec_rl_before_starting_workers(tmp_path, small_policy):
+    from conftest import SMALL
+    from rollwise.run.async_loop import AsyncLoop
+    from rollwise.run.config import load_config
+    from rollwise.run.loop import Trainer
+
+    cfg = load_config(None, {**SMALL, "out": str(tmp_path), "planner": "spec-rl", "mode": "async"})
+    with pytest.raises(ValueError, match="--mode async cannot run spec-rl"):
+        AsyncLoop(Trainer(cfg))
