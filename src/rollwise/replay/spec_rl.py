@@ -35,9 +35,9 @@ the verification scored, accepted or rejected (the prefill reads them all), time
 torch engine's prefill/decode cost per token. The default, 0.566, is the ratio recorded by
 `OMP_NUM_THREADS=1 python benchmarks/prefill_decode_ratio.py --repeats 11` at the default run's shape
 (the embedded tiny model, 256 rows, 10-token drafts, 1 CPU thread; benchmarks/results/
-prefill_decode_ratio.json). The machine was shared (load 5-9 on 2 cores): earlier runs of the same
-script gave 0.68-0.80 at 10 tokens and 0.48-0.60 at 40, so re-measure on a quiet machine, or on your
-engine, and pass `draft_cost`. The resumed row's prefill of prompt + accepted prefix counts as prompt
+prefill_decode_ratio.json). The machine was shared (load 5-9 on 2 cores): two earlier runs (5 and 7
+repeats) gave 0.68 and 0.80 at 10 tokens, 0.60 and 0.48 at 40, so re-measure on a quiet machine, or on
+your engine, and pass `draft_cost`. The resumed row's prefill of prompt + accepted prefix counts as prompt
 tokens, as for every resumed row.
 """
 from __future__ import annotations
