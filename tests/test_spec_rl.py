@@ -8,8 +8,6 @@ import pytest
 import torch
 
 from rollwise.control.base import build_planner
-from rollwise.core.history import PromptHistory
-from rollwise.core.ledger import Ledger
 from rollwise.core.types import Prompt
 from rollwise.generate.torch_engine import TorchEngine
 from rollwise.replay.spec_rl import MEASURED_DRAFT_COST, Draft, RolloutStore, first_rejection
@@ -115,8 +113,10 @@ def test_drafts_resume_from_the_first_rejection_and_are_charged_as_drafts():
     g0 = next(g for g in out.batch.groups if g.prompt.id == 0)
     resumed, whole = g0.rollouts
     assert resumed.num_tokens == 6 and resumed.token_ids_T[:2].tolist() == [5, 6]
-    assert resumed.meta["tokens_by_kind"] == {"decoded": 4} and resumed.meta["prefix"].meta["tokens_by_kind"] == {"draft": 2}
-    assert whole.token_ids_T.tolist() == b.tolist() and (whole.text, whole.finish_reason, whole.status) == ("B", "eos", "done")
+    assert resumed.meta["tokens_by_kind"] == {"decoded": 4}
+    assert resumed.meta["prefix"].meta["tokens_by_kind"] == {"draft": 2}
+    assert whole.token_ids_T.tolist() == b.tolist()
+    assert (whole.text, whole.finish_reason, whole.status) == ("B", "eos", "done")
     # behaviour log-probs of the accepted tokens are the current policy's (the verification pass)
     with torch.no_grad():
         lp_NT, _, _ = pol.response_logprobs([ids, ids], [a.tolist(), b.tolist()], 1.0)

@@ -117,8 +117,9 @@ class RolloutStore:
         self.entries, self.tokens = OrderedDict(), 0
         for pid, ids, drafts in s["entries"]:
             self.put(int(pid), [int(t) for t in ids],
-                     [Draft(torch.as_tensor(tok, dtype=torch.long).clone(), torch.as_tensor(lp, dtype=torch.float32).clone(),
-                            str(text), str(reason), float(temp)) for tok, lp, text, reason, temp in drafts])
+                     [Draft(torch.as_tensor(tok, dtype=torch.long).clone(),
+                            torch.as_tensor(lp, dtype=torch.float32).clone(), str(text), str(reason), float(temp))
+                      for tok, lp, text, reason, temp in drafts])
 
 
 @register("planner", "spec-rl", provenance="CODE+INF",
