@@ -12,6 +12,8 @@ Hooks, in the order one step calls them::
     setup(ctx)                     once, before the first step (offline profiling: sGPO, PVPO)
     select(candidates, need, ctx)  pre-rollout: keep/skip/reorder/add prompts (GRESO, HIVE, CDAS, ...)
     allocate(prompts, ns, ctx)     n per prompt (sGPO, CurES, E3, DUET); returns the new ns
+    speculate(requests, ctx)       each round's train requests, run a component's own way (SPEC-RL:
+                                   drafts verified, then resumed); one Group per request
     more(groups, ctx)              after each generation round: extra Requests for prompts already
                                    rolled out this step (AR3PO, AERO, DARS stages); [] when done
     finish(groups, ctx)            before the batch: repair/trim/reuse groups (AR3PO reuse, AERO rejection)
@@ -67,6 +69,10 @@ class StepContext:
     # prompt_stats(texts) -> (entropy_K, embed_KD): one prefill-only pass of the current policy (HIVE,
     # DOTS); the driver charges its prompt tokens.
     prompt_stats: Callable | None = None
+    # score_drafts(prompt_ids, drafts_T, temperatures) -> (logp_T list, entropy_T list, policy version):
+    # one prefill of the current policy over prompt + draft per row (SPEC-RL's verification); the driver
+    # charges its prompt tokens and every draft token it scores.
+    score_drafts: Callable | None = None
     groups: dict[int, Group] = field(default_factory=dict)  # this step's train groups so far, by prompt id
     metrics: dict[str, float] = field(default_factory=dict)  # components may add step metrics here
 
@@ -101,6 +107,11 @@ class Component:
 
     def allocate(self, prompts: list[Prompt], ns: list[int], ctx: StepContext) -> list[int]:
         return ns
+
+    def speculate(self, requests: list[Request], ctx: StepContext):
+        """A generator: run one round of train requests; yield what to generate, return one Group per
+        request. Only a component that overrides it is asked (at most one per planner)."""
+        return (yield requests)
 
     def more(self, groups: list[Group], ctx: StepContext) -> list[Request]:
         return []
@@ -215,6 +226,14 @@ class Planner:
             raise ValueError(f"planner {self.name!r}: an in-flight component ({self.inflight[0].name}) composes "
                              "with neither another one nor partial rollouts (a resumed row would lose its "
                              "in-flight state)")
+        speculators = [c for c in components if type(c).speculate is not Component.speculate]
+        if len(speculators) > 1 or (speculators and partial):
+            raise ValueError(f"planner {self.name!r}: {speculators[0].name} composes with neither another "
+                             "speculating component nor partial rollouts (a draft row would be resumed twice)")
+        self.speculator = speculators[0] if speculators else None
+        if self.inflight and self.speculator is not None:
+            raise ValueError(f"planner {self.name!r}: {self.inflight[0].name} and {self.speculator.name} do not "
+                             "compose (a draft reused whole never runs in the engine the watcher sees)")
         self.overprovision = max((c.overprovision for c in partial), default=0.0)
         self.segment_tokens = min((c.segment_tokens for c in partial if c.segment_tokens), default=None)
         self.partial = bool(partial)
@@ -240,6 +259,11 @@ class Planner:
     @property
     def needs_inflight(self) -> bool:
         return bool(self.inflight)
+
+    @property
+    def draft_cost(self) -> float | None:
+        """The prefill/decode cost ratio a drafting component (SPEC-RL) charges its draft tokens at."""
+        return next((c.draft_cost for c in self.components if getattr(c, "draft_cost", None) is not None), None)
 
     def require(self, host: str, sampling: bool = False, policy: bool = False, refill: bool = False,
                 inflight: bool = False) -> None:
@@ -273,7 +297,7 @@ class Planner:
         else:
             requests = yield from self._draw(ctx.batch_size, ctx)
         while requests:
-            groups = yield self._watched(self._with_sampling(self._segment(requests)), ctx)
+            groups = yield from self._round(requests, ctx)
             grown = []
             for g in groups:
                 if self.partial and _unfinished(g):  # a refill's unfinished group waits for the next step
@@ -329,6 +353,13 @@ class Planner:
         """Train requests as a Wave with the in-flight component's watcher, if there is one."""
         watch = self.inflight[0].watch(requests, ctx) if self.inflight and requests else None
         return requests if watch is None else Wave(requests, watch=watch)
+
+    def _round(self, requests: list[Request], ctx: StepContext):
+        """Generate one round of train requests: one scored Group per request, in order."""
+        requests = self._with_sampling(self._segment(requests))
+        if self.speculator is None:
+            return (yield self._watched(requests, ctx))
+        return (yield from self._run(self.speculator.speculate(requests, ctx)))
 
     def _segment(self, requests: list[Request]) -> list[Request]:
         if self.partial and self.segment_tokens:

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
+
 from ..control.base import Assembled, Decision, Planner, StepContext, Wave
 from ..core.history import PromptHistory
 from ..core.ledger import Ledger
@@ -64,7 +66,7 @@ class StepDriver:
         self._next_id += len(requests)
         with self.ledger.timer("generate"):
             if wave is None or (wave.enough is None and wave.watch is None):
-                events = run_sync(self.engine, requests)
+                events = self._run_sync(requests)
                 groups = [e.group for e in events]
                 self._score(groups)
             else:
@@ -83,6 +85,15 @@ class StepDriver:
             if pruned:
                 self.ledger.settle([Group(g.prompt, pruned)], "open", "pruned")
                 g.rollouts = [r for r in g.rollouts if r.status != "pruned"]
+
+    def _run_sync(self, requests: list[Request]) -> list[Finished]:
+        """run_sync, except that a request whose prefix is already a finished response (a draft that
+        SPEC-RL accepted whole) asks the engine for nothing: it comes back as that response."""
+        whole = [r.prefix is not None and r.prefix.status == "done" for r in requests]
+        if not any(whole):
+            return run_sync(self.engine, requests)
+        events = iter(run_sync(self.engine, [r for r, w in zip(requests, whole) if not w]))
+        return [Finished(r, Group(r.prompt, [r.prefix]), 0) if w else next(events) for r, w in zip(requests, whole)]
 
     def _score(self, groups: list[Group]) -> None:
         if self.scorer is None:
@@ -140,6 +151,20 @@ class StepDriver:
         if d.action != "keep":
             self.engine.stop(request_id, [d.sample], d.action)
 
+    def score_drafts(self, prompt_ids: list[list[int]], drafts_T: list, temperatures: list[float]):
+        """SPEC-RL's verification: one prefill of the current policy over prompt + draft for every row.
+        Returns the per-token log-probs and entropies of the draft tokens and the policy's version;
+        charges the prompt tokens and every draft token scored (the budget weights those by the
+        prefill/decode cost ratio, accepted or not)."""
+        with self.ledger.timer("verify"), torch.no_grad():
+            logp_NT, ent_NT, _ = self.policy.response_logprobs(prompt_ids, [d.tolist() for d in drafts_T],
+                                                               list(temperatures))
+        lens = [len(d) for d in drafts_T]
+        self.ledger.prompt_tokens += sum(len(p) for p in prompt_ids)
+        self.ledger.verified_tokens += sum(lens)
+        return ([logp_NT[i, :k].detach() for i, k in enumerate(lens)], [ent_NT[i, :k] for i, k in enumerate(lens)],
+                self.policy.version)
+
     def prompt_stats(self, texts: list[str]):
         """The policy's prefill-only prompt statistics (HIVE, DOTS), their prompt tokens charged."""
         ent, emb = self.policy.prompt_stats(texts)
@@ -166,6 +191,8 @@ class StepDriver:
         self._generated = []
         if self.policy is not None and ctx.prompt_stats is None and hasattr(self.policy, "prompt_stats"):
             ctx.prompt_stats = self.prompt_stats
+        if self.policy is not None and ctx.score_drafts is None and hasattr(self.policy, "response_logprobs"):
+            ctx.score_drafts = self.score_drafts
         planner.version = version
         plan = planner.plan(ctx)
         try:
