@@ -1,0 +1,225 @@
+"""ARRoL: online rollout pruning with a learned quality head (arXiv 2603.24840, ACL 2026).
+
+The repository (Hsu1023/ARRoL) holds only a README, so nothing here is [CODE]. What the abstract states
+[ABS]: a lightweight quality head on the policy's hidden states, trained online, prunes rollouts during
+generation and steers the survivors toward balanced correctness; advantages are computed over the
+survivors. The target correct ratio rho = 0.5 is from a summary [SEC]. Everything else is [INF]
+(rollwise's reference design, the spec's B1), with the paper's unknowns exposed as options::
+
+    allocate:   a prompt asked for G samples starts N = ceil(ratio * G)                         [ABS+INF]
+    at the checkpoint (every running row of the request has prune_at tokens; rows of one request
+    advance together, so this is one decode step):
+        p_i = sigmoid(w . h_i + b)   h_i: the last layer's hidden state at row i's last token, read
+                                     from the engine's decode state (no extra forward pass)      [ABS+INF]
+        f = rows already finished (kept: their tokens are spent), m = max(G - f, 0) slots left
+        keep the ceil(rho m) highest-p and the floor((1 - rho) m) lowest-p running rows,
+        prune the rest (the middle of the ranking; ties by sample index)                          [SEC+INF]
+    finish:     the head learns from the survivors' correctness: BCE on (h at the checkpoint, correct)
+                over a replay of the last `buffer` labels, `head_steps` full-batch gradient steps     [INF]
+
+  * The spec's "if one side is short, fill from the rows nearest to the threshold" is what ranking does:
+    the top ceil(rho m) are the predicted positives, topped up by the highest predicted negatives (and
+    the bottom side alike); the two sides never overlap while m < the running rows, the only case that
+    prunes. A cold head (zero weights) scores every row 0.5: the survivors are then the first and last
+    rows by index, which for exchangeable samples is a uniform subset.
+  * Pruned rows are dropped from their group and the loss (status and fate "pruned"; the driver charges
+    their tokens to fate "pruned"); advantages and every planner filter see the survivors only [ABS].
+    No importance weight corrects the survivor selection (the paper's point is to bias the groups
+    toward balance; the spec gives no correction) [INF]. PromptHistory records the survivors only.
+  * Only the first-round requests this component allocated are expanded and pruned; stages another
+    component adds (`more`, e.g. AR3PO's) run as asked. A request whose rows all end before prune_at
+    tokens is never pruned and trains with all N rows (set prune_at for the task's response lengths).
+  * The head's labels come from survivors only (the spec recommends also finishing a random share of
+    pruned rows as unbiased labels; not done here). Its precision and recall are measured on those
+    labels, with the scores that made the decision (before this step's update), at p >= 0.5.
+  * The head starts at zero weights and trains by full-batch gradient descent: no random draws, so runs
+    and resumes are exact; its weights and replay are in the checkpoint.
+  * Step metrics: arrol/rows (rows started in expanded requests), arrol/pruned, arrol/pruned_frac,
+    arrol/decided (requests that reached the checkpoint), arrol/labels, arrol/precision, arrol/recall.
+  * Needs in-flight control with hidden states (the torch engine); refused by name by the vLLM engine,
+    the simulator, async mode and host trainers (TRL, verl); does not compose with partial rollouts,
+    speculation (SPEC-RL) or another in-flight component (DUET's abort).
+
+Defaults [INF; the paper's N/G, L_p and head are unknown]: ratio = 2 (the embedded n = 8 starts 16),
+prune_at = 32 tokens, rho = 0.5 [SEC], a logistic probe (lr 0.5, l2 1e-3, 20 steps per training step,
+a replay of 1024 labels).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from ..core.registry import register
+from ..core.types import Group, Prompt, Request
+from .base import Component, Decision, StepContext
+
+H_KEY, P_KEY = "arrol_h", "arrol_p"  # what a survivor carries (Rollout.meta) from the checkpoint to finish
+
+
+def survivors(p_B, m: int, rho: float) -> list[int]:
+    """Indices of the m rows kept: the ceil(rho m) highest scores and the floor((1 - rho) m) lowest
+    (ties by index), in index order. All rows when m >= their number."""
+    B = len(p_B)
+    if m >= B:
+        return list(range(B))
+    order = sorted(range(B), key=lambda k: (-float(p_B[k]), k))  # highest first
+    hi = math.ceil(rho * m - 1e-9)
+    return sorted(order[:hi] + order[B - (m - hi):] if m > hi else order[:hi])
+
+
+class QualityHead:
+    """A logistic probe p = sigmoid(w . h + b) on hidden states, trained by full-batch gradient descent on
+    BCE + l2/2 |w|^2 over a replay of the last `buffer` (h, correct) labels. Float64, zero-initialised."""
+
+    def __init__(self, lr: float, l2: float, steps: int, buffer: int):
+        self.lr, self.l2, self.steps, self.buffer = lr, l2, steps, buffer
+        self.w_D: torch.Tensor | None = None  # sized by the first labels
+        self.b = 0.0
+        self.X_ND = torch.zeros(0, 0, dtype=torch.float64)
+        self.y_N = torch.zeros(0, dtype=torch.float64)
+
+    def prob(self, h_BD: torch.Tensor) -> torch.Tensor:
+        if self.w_D is None:
+            return torch.full((len(h_BD),), 0.5, dtype=torch.float64)
+        return torch.sigmoid(h_BD.to(torch.float64) @ self.w_D + self.b)
+
+    def update(self, h_ND: torch.Tensor, y_N) -> None:
+        h_ND = h_ND.to(torch.float64)
+        if self.w_D is None:
+            self.w_D = torch.zeros(h_ND.shape[1], dtype=torch.float64)
+            self.X_ND = torch.zeros(0, h_ND.shape[1], dtype=torch.float64)
+        self.X_ND = torch.cat([self.X_ND, h_ND])[-self.buffer:]
+        self.y_N = torch.cat([self.y_N, torch.as_tensor(y_N, dtype=torch.float64)])[-self.buffer:]
+        X, y, n = self.X_ND, self.y_N, len(self.y_N)
+        for _ in range(self.steps):
+            err_N = torch.sigmoid(X @ self.w_D + self.b) - y  # d BCE / d logit
+            self.w_D = self.w_D - self.lr * (X.T @ err_N / n + self.l2 * self.w_D)
+            self.b = self.b - self.lr * float(err_N.mean())
+
+    def state_dict(self) -> dict:
+        return {"w": None if self.w_D is None else self.w_D.numpy().copy(), "b": self.b,
+                "X": self.X_ND.numpy().copy(), "y": self.y_N.numpy().copy()}
+
+    def load_state_dict(self, s: dict) -> None:
+        self.w_D = None if s["w"] is None else torch.as_tensor(np.asarray(s["w"]), dtype=torch.float64).clone()
+        self.b = float(s["b"])
+        self.X_ND = torch.as_tensor(np.asarray(s["X"]), dtype=torch.float64).clone()
+        self.y_N = torch.as_tensor(np.asarray(s["y"]), dtype=torch.float64).clone()
+
+
+@register("planner", "arrol", provenance="ABS+SEC+INF",
+          summary="ARRoL: start N > G rows, prune mid-generation by a learned head on hidden states toward "
+                  "a target correct ratio rho among the G survivors")
+class ARRoL(Component):
+    needs_inflight = True
+
+    def __init__(self, ratio: float = 2.0, prune_at: int = 32, rho: float = 0.5, lr: float = 0.5,
+                 l2: float = 1e-3, head_steps: int = 20, buffer: int = 1024):
+        if not _is_num(ratio) or ratio < 1:
+            raise ValueError(f"arrol: need ratio >= 1 (rows started per row kept), got {ratio!r}")
+        if not _is_int(prune_at) or prune_at < 1:
+            raise ValueError(f"arrol: need prune_at >= 1 (whole tokens), got {prune_at!r}")
+        if not _is_num(rho) or not 0 <= rho <= 1:
+            raise ValueError(f"arrol: need 0 <= rho <= 1 (the target correct ratio), got {rho!r}")
+        if not (_is_num(lr) and lr > 0 and _is_num(l2) and l2 >= 0):
+            raise ValueError(f"arrol: need lr > 0 and l2 >= 0, got {lr!r} and {l2!r}")
+        if not (_is_int(head_steps) and head_steps >= 0 and _is_int(buffer) and buffer >= 1):
+            raise ValueError(f"arrol: need head_steps >= 0 and buffer >= 1 (whole numbers), "
+                             f"got {head_steps!r} and {buffer!r}")
+        self.ratio, self.prune_at, self.rho = float(ratio), int(prune_at), float(rho)
+        self.head = QualityHead(float(lr), float(l2), int(head_steps), int(buffer))
+        self._target: dict[int, int] = {}  # this step: prompt id -> G, for the requests allocated here
+
+    def begin_step(self, ctx: StepContext) -> None:
+        self._target = {}
+
+    def allocate(self, prompts: list[Prompt], ns: list[int], ctx: StepContext) -> list[int]:
+        out = []
+        for p, k in zip(prompts, ns):
+            if k > 0:
+                self._target[p.id] = int(k)
+            out.append(math.ceil(k * self.ratio - 1e-9))
+        return out
+
+    def watch(self, requests: list[Request], ctx: StepContext) -> "PruneGate":
+        targets = [self._target.pop(r.prompt.id, None) if r.purpose == "train" else None for r in requests]
+        return PruneGate(self, requests, targets, ctx.metrics)
+
+    def finish(self, groups: list[Group], ctx: StepContext) -> list[Group]:
+        """Score the head's decisions against the survivors' correctness, then train it on them."""
+        m = ctx.metrics
+        if m.get("arrol/rows"):
+            m["arrol/pruned_frac"] = m.get("arrol/pruned", 0.0) / m["arrol/rows"]
+        hs, ps, ys = [], [], []
+        for g in ctx.groups.values():  # this step's fresh train rows (a reused copy carries nothing)
+            for r in g.rollouts:
+                h = r.meta.pop(H_KEY, None)
+                p = r.meta.pop(P_KEY, None)
+                if h is not None:
+                    hs.append(h)
+                    ps.append(p)
+                    ys.append(float(bool(r.correct)))
+        m["arrol/labels"] = float(len(ys))
+        if ys:
+            pred, y = np.asarray(ps) >= 0.5, np.asarray(ys) > 0
+            if pred.any():
+                m["arrol/precision"] = float((pred & y).sum() / pred.sum())
+            if y.any():
+                m["arrol/recall"] = float((pred & y).sum() / y.sum())
+            self.head.update(torch.stack(hs), ys)
+        return groups
+
+    def state_dict(self) -> dict:
+        return {"head": self.head.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.head.load_state_dict(state["head"])
+
+
+class PruneGate:
+    """ARRoL's rule over one wave: the driver shows it each running sample's (tokens, hidden state) after
+    every decode step; once every running row of an expanded request has prune_at tokens it keeps m of
+    them by the head's scores and prunes the rest (one decision per request)."""
+
+    hidden = True  # the driver asks the engine for hidden states
+
+    def __init__(self, rule: ARRoL, requests: list[Request], targets: list[int | None], metrics: dict):
+        self.rule, self.requests, self.targets, self.metrics = rule, requests, targets, metrics
+        self.decided: set[int] = set()
+        self._count("arrol/rows", sum(r.n for r, G in zip(requests, targets) if G is not None))
+
+    def __call__(self, running: dict) -> list[Decision]:
+        out = []
+        for i, samples in running.items():
+            if self.targets[i] is None or i in self.decided:
+                continue
+            live = [(j, s) for j, s in enumerate(samples) if s is not None]
+            if live and min(len(toks) for _, (toks, _) in live) >= self.rule.prune_at:
+                self.decided.add(i)
+                out += self.decide(i, live, len(samples) - len(live))
+        return out
+
+    def decide(self, i: int, live: list, finished: int) -> list[Decision]:
+        """Rows `live` = [(sample, (tokens, h_D))] are running, `finished` rows have ended."""
+        rule = self.rule
+        m = max(self.targets[i] - finished, 0)
+        h_BD = torch.stack([h for _, (_, h) in live])
+        p_B = rule.head.prob(h_BD)
+        keep = set(survivors(p_B.tolist(), m, rule.rho))
+        self._count("arrol/decided", 1)
+        self._count("arrol/pruned", len(live) - len(keep))
+        return [Decision(i, j, "keep", meta={H_KEY: h_BD[k].detach().clone(), P_KEY: float(p_B[k])})
+                if k in keep else Decision(i, j, "pruned") for k, (j, _) in enumerate(live)]
+
+    def _count(self, key: str, x: float) -> None:
+        self.metrics[key] = self.metrics.get(key, 0.0) + float(x)
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+
+
+def _is_num(x) -> bool:
+    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool) and math.isfinite(x)
