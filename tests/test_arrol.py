@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from rollwise.control.arrol import ARRoL, PruneGate, QualityHead, survivors
+from rollwise.control.arrol import ARRoL, PruneGate, QualityHead, head_figures, survivors
 from rollwise.control.base import Wave, build_planner
 from rollwise.core.ledger import Ledger
 from rollwise.core.types import Group, Prompt, Request
@@ -31,26 +31,29 @@ def test_survivors_keep_the_top_and_bottom_of_the_ranking():
 
 
 def test_head_update_by_hand():
-    """lr 1, l2 0, one step from zero on h = [[1, 0], [0, 1]], y = [1, 0]: p = 0.5 for both, d logit =
-    p - y = [-0.5, 0.5], so w = -X^T (p - y) / 2 = [0.25, -0.25] and b = -mean(p - y) = 0."""
+    """lr 1, l2 0, one step from zero on h = [[1, 0], [0, 1]], y = [1, 0]. Standardised by the replay's
+    mean [.5, .5] and std [.5, .5]: z = [[1, -1], [-1, 1]]; p = 0.5 for both, d logit = p - y = [-.5, .5],
+    so w = -Z^T (p - y) / 2 = [0.5, -0.5] and b = -mean(p - y) = 0."""
     head = QualityHead(lr=1.0, l2=0.0, steps=1, buffer=2)
     assert head.prob(torch.ones(3, 2)).tolist() == [0.5] * 3  # untrained: no preference
     head.update(torch.tensor([[1.0, 0.0], [0.0, 1.0]]), [1.0, 0.0])
-    assert head.w_D.tolist() == [0.25, -0.25] and head.b == 0.0
-    assert abs(float(head.prob(torch.tensor([[1.0, 0.0]]))[0]) - 1 / (1 + np.exp(-0.25))) < 1e-12
-    # the replay keeps the last `buffer` labels; l2 shrinks w: w -= lr * (grad + l2 * w)
+    assert head.w_D.tolist() == [0.5, -0.5] and head.b == 0.0
+    assert head.mu_D.tolist() == [0.5, 0.5] and head.sd_D.tolist() == [0.5, 0.5]
+    assert abs(float(head.prob(torch.tensor([[1.0, 0.0]]))[0]) - 1 / (1 + np.exp(-1.0))) < 1e-12
+    # the replay keeps the last `buffer` labels and is standardised anew; l2 shrinks w: w -= lr (grad + l2 w)
     head.l2 = 0.5
     head.update(torch.tensor([[2.0, 0.0]]), [1.0])
     assert head.X_ND.tolist() == [[0.0, 1.0], [2.0, 0.0]] and head.y_N.tolist() == [0.0, 1.0]
-    p = torch.sigmoid(torch.tensor([-0.25, 0.5], dtype=torch.float64))
-    err = p - torch.tensor([0.0, 1.0], dtype=torch.float64)
-    w = torch.tensor([0.25, -0.25], dtype=torch.float64)
-    w = w - (torch.tensor([[0.0, 1.0], [2.0, 0.0]], dtype=torch.float64).T @ err / 2 + 0.5 * w)
+    Z = torch.tensor([[-1.0, 1.0], [1.0, -1.0]], dtype=torch.float64)  # mean [1, .5], std [1, .5]
+    w = torch.tensor([0.5, -0.5], dtype=torch.float64)
+    err = torch.sigmoid(Z @ w) - torch.tensor([0.0, 1.0], dtype=torch.float64)
+    w = w - (Z.T @ err / 2 + 0.5 * w)
     assert torch.allclose(head.w_D, w, atol=1e-15) and abs(head.b + float(err.mean())) < 1e-15
-    # trained longer it separates the classes
-    head.steps, head.l2 = 200, 0.0
-    head.update(torch.tensor([[1.0, 0.0], [0.0, 1.0]]), [1.0, 0.0])
-    assert head.prob(torch.tensor([[1.0, 0.0]]))[0] > 0.9 and head.prob(torch.tensor([[0.0, 1.0]]))[0] < 0.1
+    # trained longer it separates the classes; a constant feature (sd 0) standardises to 0
+    head = QualityHead(lr=1.0, l2=0.0, steps=200, buffer=8)
+    head.update(torch.tensor([[1.0, 0.0, 3.0], [0.0, 1.0, 3.0]]), [1.0, 0.0])
+    p = head.prob(torch.tensor([[1.0, 0.0, 3.0], [0.0, 1.0, 3.0]]))
+    assert p[0] > 0.9 and p[1] < 0.1 and head.w_D[2] == 0.0
 
 
 def gate_run(lengths, correct=None, G=2, prune_at=3, rho=0.5):
@@ -60,6 +63,7 @@ def gate_run(lengths, correct=None, G=2, prune_at=3, rho=0.5):
                       correct=correct)
     rule = ARRoL(prune_at=prune_at, rho=rho)
     rule.head.w_D, rule.head.b = torch.tensor([1.0, 0.0], dtype=torch.float64), -1.5
+    rule.head.mu_D, rule.head.sd_D = torch.zeros(2, dtype=torch.float64), torch.ones(2, dtype=torch.float64)
     requests, metrics, led = [Request(P0, 4)], {}, Ledger()
     gate = PruneGate(rule, requests, [G], metrics)
     (g,) = StepDriver(eng, led, None).generate(Wave(requests, watch=gate, hidden=True))
@@ -72,6 +76,7 @@ def test_rule_through_the_driver_on_hand_computed_rows():
     assert [(r.num_tokens, r.status) for r in g.rollouts] == [(10, "done"), (10, "done")]
     assert [r.meta["arrol_h"].tolist() for r in g.rollouts] == [[0.0, 1.0], [3.0, 1.0]]
     assert [round(r.meta["arrol_p"], 2) for r in g.rollouts] == [0.18, 0.82]
+    assert [r.meta["arrol_high"] for r in g.rollouts] == [False, True]  # kept for a low and a high score
     assert metrics == {"arrol/rows": 4.0, "arrol/decided": 1.0, "arrol/pruned": 2.0}
     assert eng.decoded == 10 + 10 + 3 + 3 == led.count() == led.budget_tokens()
     assert led.count(fate="pruned") == 6 and led.count_rollouts(fate="pruned") == 2
@@ -87,22 +92,38 @@ def test_rule_through_the_driver_on_hand_computed_rows():
 
 
 def test_finish_scores_and_trains_the_head():
-    """Scores 0.8, 0.6, 0.3, 0.4 with correctness 1, 0, 1, 0: predicted positive (p >= 0.5) are rows 0
-    and 1, one of them correct -> precision 1/2; of the two correct rows one is predicted -> recall 1/2."""
+    """Scores 0.8, 0.6, 0.5, 0.4 with correctness 1, 0, 1, 0, rows 0 and 1 kept on the high side: one of them
+    correct -> precision 1/2; of the two correct rows one is high -> recall 1/2; correct scores 0.8, 0.5 vs
+    wrong 0.6, 0.4: 3 of 4 pairs ordered -> auc 3/4."""
     rule = ARRoL(lr=1.0, l2=0.0, head_steps=1)
     ctx = make_ctx(pool_size=2, B=1, n=4)
     rows = [R(0, c) for c in (1, 0, 1, 0)]
-    for k, (r, p) in enumerate(zip(rows, (0.8, 0.6, 0.3, 0.4))):
-        r.meta.update(arrol_h=torch.tensor([1.0, float(k)]), arrol_p=p)
+    for k, (r, p) in enumerate(zip(rows, (0.8, 0.6, 0.5, 0.4))):
+        r.meta.update(arrol_h=torch.tensor([1.0, float(k)]), arrol_p=p, arrol_high=k < 2)
     g = Group(P0, rows + [R(0, 1)])  # a row that was never scored (it ended before the checkpoint)
     ctx.groups = {0: g}
     ctx.metrics = {"arrol/rows": 8.0, "arrol/pruned": 3.0}
     assert rule.finish([g], ctx) == [g]
     assert ctx.metrics["arrol/precision"] == 0.5 and ctx.metrics["arrol/recall"] == 0.5
+    assert ctx.metrics["arrol/auc"] == 0.75
     assert ctx.metrics["arrol/labels"] == 4.0 and ctx.metrics["arrol/pruned_frac"] == 3 / 8
-    assert all("arrol_h" not in r.meta and "arrol_p" not in r.meta for r in g.rollouts)  # used once
-    # one step from zero: w = -X^T (0.5 - y) / 4 with X rows [1, k], y = 1, 0, 1, 0
-    assert rule.head.w_D.tolist() == [0.0, -(-0.5 * 0 + 0.5 * 1 - 0.5 * 2 + 0.5 * 3) / 4]  # -0.25
+    assert all(not any(k.startswith("arrol") for k in r.meta) for r in g.rollouts)  # used once
+    # one step from zero on z = standardised [1, k]: the constant feature is 0, z_k = (k - 1.5) / sqrt(1.25);
+    # w = -Z^T (0.5 - y) / 4 with y = 1, 0, 1, 0: -(0.75 - 0.25 - 0.25 + 0.75) / 4 / sqrt(1.25)
+    w = rule.head.w_D.tolist()
+    assert w[0] == 0.0 and abs(w[1] + 0.25 / 1.25 ** 0.5) < 1e-12
+
+
+def test_head_figures_only_when_defined():
+    p, high = np.array([0.5, 0.5, 0.2, 0.9, 0.1]), np.array([True, False, False, True, False])
+    correct = np.array([True, False, False, False, True])
+    # the AUC pairs rows of one group only: group 0 has (0.5 vs 0.5: 1/2) and (0.5 vs 0.2: 1); the
+    # correct 0.1 of group 1 loses to its wrong 0.9 (0); across groups nothing is compared
+    f = head_figures(p, high, correct, np.array([0, 0, 0, 1, 1]))
+    assert f == {"arrol/precision": 0.5, "arrol/recall": 0.5, "arrol/auc": 0.5}
+    assert head_figures(np.array([0.3]), np.array([False]), np.array([False]), np.array([0])) == {}
+    assert head_figures(np.array([0.3, 0.1]), np.array([True, False]), np.array([True, False]),
+                        np.array([0, 1])) == {"arrol/precision": 1.0, "arrol/recall": 1.0}
 
 
 def test_options_are_checked_with_one_line_errors():
@@ -155,7 +176,7 @@ def test_planner_steps_prune_toward_g_and_balance_the_ledger(spec):
     if spec == "arrol":  # n = 4 started 8; a request keeps G = 4 rows (plus any that ended before 3 tokens)
         assert all(len(rows) == 4 or min(rows) < 3 for batch, _ in out for _, rows in batch)
         assert planner.components[0].head.w_D is not None  # trained on the survivors
-        assert all(m["arrol/labels"] > 0 and "arrol/recall" in m for _, m in out)
+        assert all(m["arrol/labels"] > 0 and "arrol/recall" in m and "arrol/auc" in m for _, m in out)
 
 
 @pytest.mark.parametrize("spec", ["arrol", "ar3po+arrol"])

@@ -15,7 +15,8 @@ survivors. The target correct ratio rho = 0.5 is from a summary [SEC]. Everythin
         keep the ceil(rho m) highest-p and the floor((1 - rho) m) lowest-p running rows,
         prune the rest (the middle of the ranking; ties by sample index)                          [SEC+INF]
     finish:     the head learns from the survivors' correctness: BCE on (h at the checkpoint, correct)
-                over a replay of the last `buffer` labels, `head_steps` full-batch gradient steps     [INF]
+                over a replay of the last `buffer` labels (h standardised by the replay's mean and
+                std), `head_steps` full-batch gradient steps                                       [INF]
 
   * The spec's "if one side is short, fill from the rows nearest to the threshold" is what ranking does:
     the top ceil(rho m) are the predicted positives, topped up by the highest predicted negatives (and
@@ -30,12 +31,17 @@ survivors. The target correct ratio rho = 0.5 is from a summary [SEC]. Everythin
     component adds (`more`, e.g. AR3PO's) run as asked. A request whose rows all end before prune_at
     tokens is never pruned and trains with all N rows (set prune_at for the task's response lengths).
   * The head's labels come from survivors only (the spec recommends also finishing a random share of
-    pruned rows as unbiased labels; not done here). Its precision and recall are measured on those
-    labels, with the scores that made the decision (before this step's update), at p >= 0.5.
+    pruned rows as unbiased labels; not done here). Its figures are measured on those labels, with the
+    scores that made the decision (before this step's update). The rule ranks rather than thresholds, so
+    "predicted correct" is the high side: the ceil(rho k) best-scored of a request's k kept running rows
+    (when it pruned, exactly the rows kept for their high score). precision = correct among them,
+    recall = their share of the correct labels, auc = P(a correct row outscores a wrong one of the same
+    prompt), ties 1/2 (within prompts: the rule only compares rows of one request).
   * The head starts at zero weights and trains by full-batch gradient descent: no random draws, so runs
     and resumes are exact; its weights and replay are in the checkpoint.
   * Step metrics: arrol/rows (rows started in expanded requests), arrol/pruned, arrol/pruned_frac,
-    arrol/decided (requests that reached the checkpoint), arrol/labels, arrol/precision, arrol/recall.
+    arrol/decided (requests that reached the checkpoint), arrol/labels, arrol/precision, arrol/recall,
+    arrol/auc (each figure only when defined).
   * Needs in-flight control with hidden states (the torch engine); refused by name by the vLLM engine,
     the simulator, async mode and host trainers (TRL, verl); does not compose with partial rollouts,
     speculation (SPEC-RL) or another in-flight component (DUET's abort).
@@ -55,7 +61,8 @@ from ..core.registry import register
 from ..core.types import Group, Prompt, Request
 from .base import Component, Decision, StepContext
 
-H_KEY, P_KEY = "arrol_h", "arrol_p"  # what a survivor carries (Rollout.meta) from the checkpoint to finish
+# what a survivor carries (Rollout.meta) from the checkpoint to finish: h_D, its score, on the high side?
+H_KEY, P_KEY, HIGH_KEY = "arrol_h", "arrol_p", "arrol_high"
 
 
 def survivors(p_B, m: int, rho: float) -> list[int]:
@@ -69,21 +76,40 @@ def survivors(p_B, m: int, rho: float) -> list[int]:
     return sorted(order[:hi] + order[B - (m - hi):] if m > hi else order[:hi])
 
 
+def head_figures(p_N: np.ndarray, high_N: np.ndarray, correct_N: np.ndarray, group_N: np.ndarray) -> dict:
+    """precision and recall of "high side = predicted correct", and the AUC of the scores over pairs
+    (correct, wrong) of the same group (ties 1/2); each only when defined."""
+    out = {}
+    if high_N.any():
+        out["arrol/precision"] = float((high_N & correct_N).sum() / high_N.sum())
+    if correct_N.any():
+        out["arrol/recall"] = float((high_N & correct_N).sum() / correct_N.sum())
+    same_NN = group_N[:, None] == group_N[None, :]
+    pairs_NN = same_NN & correct_N[:, None] & ~correct_N[None, :]
+    if pairs_NN.any():
+        ahead_NN = (p_N[:, None] > p_N[None, :]) + 0.5 * (p_N[:, None] == p_N[None, :])
+        out["arrol/auc"] = float(ahead_NN[pairs_NN].mean())
+    return out
+
+
 class QualityHead:
-    """A logistic probe p = sigmoid(w . h + b) on hidden states, trained by full-batch gradient descent on
-    BCE + l2/2 |w|^2 over a replay of the last `buffer` (h, correct) labels. Float64, zero-initialised."""
+    """A logistic probe p = sigmoid(w . z + b) on standardised hidden states z = (h - mu) / sd, trained by
+    full-batch gradient descent on BCE + l2/2 |w|^2 over a replay of the last `buffer` (h, correct) labels.
+    mu and sd are the replay's, refreshed at every update (so one lr fits any model's hidden-state scale;
+    w carries over as the warm start). Float64, zero-initialised: no random draws."""
 
     def __init__(self, lr: float, l2: float, steps: int, buffer: int):
         self.lr, self.l2, self.steps, self.buffer = lr, l2, steps, buffer
         self.w_D: torch.Tensor | None = None  # sized by the first labels
         self.b = 0.0
+        self.mu_D = self.sd_D = None
         self.X_ND = torch.zeros(0, 0, dtype=torch.float64)
         self.y_N = torch.zeros(0, dtype=torch.float64)
 
     def prob(self, h_BD: torch.Tensor) -> torch.Tensor:
         if self.w_D is None:
             return torch.full((len(h_BD),), 0.5, dtype=torch.float64)
-        return torch.sigmoid(h_BD.to(torch.float64) @ self.w_D + self.b)
+        return torch.sigmoid((h_BD.to(torch.float64) - self.mu_D) / self.sd_D @ self.w_D + self.b)
 
     def update(self, h_ND: torch.Tensor, y_N) -> None:
         h_ND = h_ND.to(torch.float64)
@@ -92,21 +118,21 @@ class QualityHead:
             self.X_ND = torch.zeros(0, h_ND.shape[1], dtype=torch.float64)
         self.X_ND = torch.cat([self.X_ND, h_ND])[-self.buffer:]
         self.y_N = torch.cat([self.y_N, torch.as_tensor(y_N, dtype=torch.float64)])[-self.buffer:]
-        X, y, n = self.X_ND, self.y_N, len(self.y_N)
+        self.mu_D = self.X_ND.mean(0)
+        self.sd_D = self.X_ND.std(0, unbiased=False).clamp_min(1e-6)  # a constant feature standardises to 0
+        Z, y, n = (self.X_ND - self.mu_D) / self.sd_D, self.y_N, len(self.y_N)
         for _ in range(self.steps):
-            err_N = torch.sigmoid(X @ self.w_D + self.b) - y  # d BCE / d logit
-            self.w_D = self.w_D - self.lr * (X.T @ err_N / n + self.l2 * self.w_D)
+            err_N = torch.sigmoid(Z @ self.w_D + self.b) - y  # d BCE / d logit
+            self.w_D = self.w_D - self.lr * (Z.T @ err_N / n + self.l2 * self.w_D)
             self.b = self.b - self.lr * float(err_N.mean())
 
     def state_dict(self) -> dict:
-        return {"w": None if self.w_D is None else self.w_D.numpy().copy(), "b": self.b,
-                "X": self.X_ND.numpy().copy(), "y": self.y_N.numpy().copy()}
+        return {"w": _numpy(self.w_D), "b": self.b, "mu": _numpy(self.mu_D), "sd": _numpy(self.sd_D),
+                "X": _numpy(self.X_ND), "y": _numpy(self.y_N)}
 
     def load_state_dict(self, s: dict) -> None:
-        self.w_D = None if s["w"] is None else torch.as_tensor(np.asarray(s["w"]), dtype=torch.float64).clone()
+        self.w_D, self.mu_D, self.sd_D, self.X_ND, self.y_N = (_f64(s[k]) for k in ("w", "mu", "sd", "X", "y"))
         self.b = float(s["b"])
-        self.X_ND = torch.as_tensor(np.asarray(s["X"]), dtype=torch.float64).clone()
-        self.y_N = torch.as_tensor(np.asarray(s["y"]), dtype=torch.float64).clone()
 
 
 @register("planner", "arrol", provenance="ABS+SEC+INF",
@@ -152,22 +178,19 @@ class ARRoL(Component):
         m = ctx.metrics
         if m.get("arrol/rows"):
             m["arrol/pruned_frac"] = m.get("arrol/pruned", 0.0) / m["arrol/rows"]
-        hs, ps, ys = [], [], []
-        for g in ctx.groups.values():  # this step's fresh train rows (a reused copy carries nothing)
+        hs, ps, highs, ys, gs = [], [], [], [], []
+        for gi, g in enumerate(ctx.groups.values()):  # this step's fresh train rows (a reused copy has none)
             for r in g.rollouts:
-                h = r.meta.pop(H_KEY, None)
-                p = r.meta.pop(P_KEY, None)
+                h, p, high = r.meta.pop(H_KEY, None), r.meta.pop(P_KEY, None), r.meta.pop(HIGH_KEY, None)
                 if h is not None:
                     hs.append(h)
                     ps.append(p)
+                    highs.append(high)
                     ys.append(float(bool(r.correct)))
+                    gs.append(gi)
         m["arrol/labels"] = float(len(ys))
         if ys:
-            pred, y = np.asarray(ps) >= 0.5, np.asarray(ys) > 0
-            if pred.any():
-                m["arrol/precision"] = float((pred & y).sum() / pred.sum())
-            if y.any():
-                m["arrol/recall"] = float((pred & y).sum() / y.sum())
+            m.update(head_figures(np.asarray(ps), np.asarray(highs, dtype=bool), np.asarray(ys) > 0, np.asarray(gs)))
             self.head.update(torch.stack(hs), ys)
         return groups
 
@@ -207,10 +230,12 @@ class PruneGate:
         m = max(self.targets[i] - finished, 0)
         h_BD = torch.stack([h for _, (_, h) in live])
         p_B = rule.head.prob(h_BD)
-        keep = set(survivors(p_B.tolist(), m, rule.rho))
+        keep = survivors(p_B.tolist(), m, rule.rho)
+        high = set(sorted(keep, key=lambda k: (-float(p_B[k]), k))[:math.ceil(rule.rho * len(keep) - 1e-9)])
         self._count("arrol/decided", 1)
         self._count("arrol/pruned", len(live) - len(keep))
-        return [Decision(i, j, "keep", meta={H_KEY: h_BD[k].detach().clone(), P_KEY: float(p_B[k])})
+        return [Decision(i, j, "keep", meta={H_KEY: h_BD[k].detach().clone(), P_KEY: float(p_B[k]),
+                                             HIGH_KEY: k in high})
                 if k in keep else Decision(i, j, "pruned") for k, (j, _) in enumerate(live)]
 
     def _count(self, key: str, x: float) -> None:
@@ -223,3 +248,11 @@ def _is_int(x) -> bool:
 
 def _is_num(x) -> bool:
     return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _numpy(t: torch.Tensor | None):
+    return None if t is None else t.numpy().copy()
+
+
+def _f64(a) -> torch.Tensor | None:
+    return None if a is None else torch.as_tensor(np.asarray(a), dtype=torch.float64).clone()
