@@ -9,8 +9,9 @@ survivors. The target correct ratio rho = 0.5 is from a summary [SEC]. Everythin
     allocate:   a prompt asked for G samples starts N = ceil(ratio * G)                         [ABS+INF]
     at the checkpoint (every running row of the request has prune_at tokens; rows of one request
     advance together, so this is one decode step):
-        p_i = sigmoid(w . h_i + b)   h_i: the last layer's hidden state at row i's last token, read
-                                     from the engine's decode state (no extra forward pass)      [ABS+INF]
+        p_i = sigmoid(w . z_i + b)   z_i: standardised h_i, the last layer's hidden state at row i's
+                                     last token, read from the engine's decode state (no extra
+                                     forward pass)                                              [ABS+INF]
         f = rows already finished (kept: their tokens are spent), m = max(G - f, 0) slots left
         keep the ceil(rho m) highest-p and the floor((1 - rho) m) lowest-p running rows,
         prune the rest (the middle of the ranking; ties by sample index)                          [SEC+INF]
