@@ -117,7 +117,10 @@ class StepDriver:
         if hidden and not getattr(eng, "hidden_states", False):
             raise ValueError(f"engine {type(eng).__name__} does not expose hidden states in flight (the Engine "
                              "protocol's optional submit/peek with hidden=True), which this planner needs")
-        eng.submit(requests, hidden=True) if hidden else eng.submit(requests)
+        if hidden:
+            eng.submit(requests, hidden=True)
+        else:  # the plain call: engines without hidden states need not take the keyword
+            eng.submit(requests)
         index = {r.id: i for i, r in enumerate(requests)}
         done: dict[int, Finished] = {}
         finished: dict[int, Group] = {}
