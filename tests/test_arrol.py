@@ -195,14 +195,16 @@ def test_runs_are_reproducible_and_resume_exactly(spec):
     assert first + planner_steps(resumed, ctx2, eng2, 2) == a
 
 
-def test_torch_engine_hidden_states_match_a_full_forward_and_change_nothing():
+@pytest.mark.parametrize("kind", ["tiny", "hf"])
+def test_torch_engine_hidden_states_match_a_full_forward_and_change_nothing(kind, tmp_path):
     """submit(hidden=True): the same tokens and log-probs as a plain run; each running row's hidden state
     is the last layer's at its last token, as the learner's full forward computes it, also after another
-    row has left the batch."""
+    row has left the batch. For the tiny model and a transformers Llama (its cache, its hidden_states)."""
     from rollwise.generate.torch_engine import TorchEngine
-    from test_engine_policy import no_eos, tiny_policy
+    from rollwise.policy.policy import Policy
+    from test_engine_policy import hf_checkpoint, no_eos, tiny_policy
 
-    pol = no_eos(tiny_policy())
+    pol = no_eos(tiny_policy() if kind == "tiny" else Policy.load(hf_checkpoint(tmp_path)))
     ps = [Prompt(0, "12+3=", "15"), Prompt(1, "100+250=", "350")]
 
     def requests():
