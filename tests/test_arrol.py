@@ -56,16 +56,16 @@ def test_head_update_by_hand():
     assert p[0] > 0.9 and p[1] < 0.1 and head.w_D[2] == 0.0
 
 
-def gate_run(lengths, correct=None, G=2, prune_at=3, rho=0.5):
+def gate_run(lengths, correct=None, G=2, prune_at=3, rho=0.5, explore=0.0, key=()):
     """One request of 4 samples (target G) through the real driver; hidden state of sample j = [j, 1], head
     w = [1, 0], b = -1.5, so p_j = sigmoid(j - 1.5) = 0.18, 0.38, 0.62, 0.82."""
     eng = TokenEngine(lambda pid, j: lengths[j], max_tokens=20, hidden=lambda x, j, k: torch.tensor([j, 1.0]),
                       correct=correct)
-    rule = ARRoL(prune_at=prune_at, rho=rho)
+    rule = ARRoL(prune_at=prune_at, rho=rho, explore=explore)
     rule.head.w_D, rule.head.b = torch.tensor([1.0, 0.0], dtype=torch.float64), -1.5
     rule.head.mu_D, rule.head.sd_D = torch.zeros(2, dtype=torch.float64), torch.ones(2, dtype=torch.float64)
     requests, metrics, led = [Request(P0, 4)], {}, Ledger()
-    gate = PruneGate(rule, requests, [G], metrics)
+    gate = PruneGate(rule, requests, [G], metrics, key)
     (g,) = StepDriver(eng, led, None).generate(Wave(requests, watch=gate, hidden=True))
     return g, metrics, led, eng
 
@@ -89,6 +89,17 @@ def test_rule_through_the_driver_on_hand_computed_rows():
     assert [r.meta["arrol_h"][0].item() for r in g.rollouts] == [0.0, 1.0]
     g, metrics, *_ = gate_run([3, 2, 2, 3], prune_at=4)
     assert g.n == 4 and "arrol/decided" not in metrics
+
+
+def test_explored_rows_run_on_as_labels():
+    """explore = 0.5 with the key (5, 0, 1): the rows the rule prunes (1, 2) draw u = Uniform(rng([5, 0, 1,
+    0, j])) = 0.56 (pruned) and 0.07 (runs on, labelled, on neither side)."""
+    assert [round(np.random.default_rng([5, 0, 1, 0, j]).random(), 2) for j in (1, 2)] == [0.56, 0.07]
+    g, metrics, led, _ = gate_run([10, 10, 10, 10], explore=0.5, key=(5, 0, 1))
+    assert [(r.num_tokens, r.meta["arrol_h"][0].item(), r.meta["arrol_high"]) for r in g.rollouts] == \
+        [(10, 0.0, False), (10, 2.0, None), (10, 3.0, True)]
+    assert metrics == {"arrol/rows": 4.0, "arrol/decided": 1.0, "arrol/pruned": 1.0, "arrol/explored": 1.0}
+    assert led.count(fate="pruned") == 3
 
 
 def test_finish_scores_and_trains_the_head():
@@ -121,6 +132,10 @@ def test_head_figures_only_when_defined():
     # correct 0.1 of group 1 loses to its wrong 0.9 (0); across groups nothing is compared
     f = head_figures(p, high, correct, np.array([0, 0, 0, 1, 1]))
     assert f == {"arrol/precision": 0.5, "arrol/recall": 0.5, "arrol/auc": 0.5}
+    # rows the rule did not choose (explored) count in the AUC only: precision and recall are over rows 0, 1
+    ruled = np.array([True, True, False, False, False])
+    assert head_figures(p, high, correct, np.array([0, 0, 0, 1, 1]), ruled) == \
+        {"arrol/precision": 1.0, "arrol/recall": 1.0, "arrol/auc": 0.5}
     assert head_figures(np.array([0.3]), np.array([False]), np.array([False]), np.array([0])) == {}
     assert head_figures(np.array([0.3, 0.1]), np.array([True, False]), np.array([True, False]),
                         np.array([0, 1])) == {"arrol/precision": 1.0, "arrol/recall": 1.0}
@@ -129,7 +144,8 @@ def test_head_figures_only_when_defined():
 def test_options_are_checked_with_one_line_errors():
     for kw, msg in [({"ratio": 0.5}, "ratio >= 1"), ({"ratio": True}, "ratio >= 1"), ({"prune_at": 0}, "prune_at"),
                     ({"prune_at": 2.5}, "prune_at"), ({"rho": 1.5}, "0 <= rho <= 1"), ({"lr": 0}, "lr > 0"),
-                    ({"l2": -1}, "l2 >= 0"), ({"head_steps": -1}, "head_steps"), ({"buffer": 0}, "buffer >= 1")]:
+                    ({"l2": -1}, "l2 >= 0"), ({"head_steps": -1}, "head_steps"), ({"buffer": 0}, "buffer >= 1"),
+                    ({"explore": 1.0}, "0 <= explore < 1")]:
         with pytest.raises(ValueError, match=msg) as e:
             ARRoL(**kw)
         assert "\n" not in str(e.value) and str(e.value).startswith("arrol:")
@@ -154,13 +170,13 @@ def planner_steps(planner, ctx, eng, steps):
     return out
 
 
-def planner_run(spec="arrol", seed=0, steps=2):
+def planner_run(spec="arrol", seed=0, steps=2, **opts):
     """Over 6 prompts whose samples want 2..13 tokens; the hidden state knows the sample's index and the
     prompt, and correctness follows the sample index, so the head has something to learn."""
     ctx = make_ctx(pool_size=6, B=3, n=4, seed=seed)
     eng = TokenEngine(lambda pid, j: 2 + (2 * pid + 3 * j) % 12, correct=lambda x, j: j % 2 == 1,
                       hidden=lambda x, j, k: torch.tensor([j % 2, x / 6, 1.0]))
-    planner = build_planner(spec, 6, ctx.rng, {"arrol": OPTS})
+    planner = build_planner(spec, 6, ctx.rng, {"arrol": {**OPTS, **opts}})
     return planner_steps(planner, ctx, eng, steps), ctx, eng, planner
 
 
@@ -179,15 +195,18 @@ def test_planner_steps_prune_toward_g_and_balance_the_ledger(spec):
         assert all(m["arrol/labels"] > 0 and "arrol/recall" in m and "arrol/auc" in m for _, m in out)
 
 
-@pytest.mark.parametrize("spec", ["arrol", "ar3po+arrol"])
-def test_runs_are_reproducible_and_resume_exactly(spec):
-    a, *_ = planner_run(spec, seed=0, steps=3)
-    b, *_ = planner_run(spec, seed=0, steps=3)
+@pytest.mark.parametrize("spec,explore", [("arrol", 0.0), ("ar3po+arrol", 0.0), ("arrol", 0.4)])
+def test_runs_are_reproducible_and_resume_exactly(spec, explore):
+    a, *_ = planner_run(spec, seed=0, steps=3, explore=explore)
+    b, *_ = planner_run(spec, seed=0, steps=3, explore=explore)
     assert a == b
-    first, ctx, eng, planner = planner_run(spec, seed=0, steps=1)
+    if explore:  # the draws follow the seed, and some rows were explored
+        c, *_ = planner_run(spec, seed=1, steps=3, explore=explore)
+        assert a != c and sum(m.get("arrol/explored", 0) for _, m in a) > 0
+    first, ctx, eng, planner = planner_run(spec, seed=0, steps=1, explore=explore)
     state, ctx2, eng2 = copy.deepcopy(planner.state_dict()), copy.deepcopy(ctx), copy.deepcopy(eng)
     rng_state = copy.deepcopy(ctx.rng.bit_generator.state)
-    resumed = build_planner(spec, 6, ctx2.rng, {"arrol": OPTS})
+    resumed = build_planner(spec, 6, ctx2.rng, {"arrol": {**OPTS, "explore": explore}})
     resumed.load_state_dict(state)
     ctx2.rng.bit_generator.state = rng_state  # as a checkpoint restores it (building drew a permutation)
     head = resumed.components[-1].head

@@ -31,25 +31,30 @@ survivors. The target correct ratio rho = 0.5 is from a summary [SEC]. Everythin
   * Only the first-round requests this component allocated are expanded and pruned; stages another
     component adds (`more`, e.g. AR3PO's) run as asked. A request whose rows all end before prune_at
     tokens is never pruned and trains with all N rows (set prune_at for the task's response lengths).
-  * The head's labels come from survivors only (the spec recommends also finishing a random share of
-    pruned rows as unbiased labels; not done here). Its figures are measured on those labels, with the
-    scores that made the decision (before this step's update). The rule ranks rather than thresholds, so
-    "predicted correct" is the high side: the ceil(rho k) best-scored of a request's k kept running rows
-    (when it pruned, exactly the rows kept for their high score). precision = correct among them,
-    recall = their share of the correct labels, auc = P(a correct row outscores a wrong one of the same
-    prompt), ties 1/2 (within prompts: the rule only compares rows of one request).
+  * The head's labels come from survivors, which the rule chose by their scores. The spec recommends
+    also finishing a random share of the rows it prunes as unbiased labels [SEC: spec; INF how]: with
+    `explore` > 0 each row the rule would prune runs on instead with that probability; it is labelled,
+    and it trains with its group (an ordinary on-policy sample: the group then has more than G rows).
+    Draws are seeded like DUET's: Uniform from (a base drawn once from the planner's stream and
+    checkpointed, step, wave of the step, request of the wave, sample); explore = 0 draws nothing.
+  * The head's figures are measured on those labels, with the scores that made the decision (before this
+    step's update). The rule ranks rather than thresholds, so "predicted correct" is the high side: the
+    ceil(rho k) best-scored of a request's k rows kept by the rule (when it pruned, exactly the rows kept
+    for their high score). precision = correct among them, recall = their share of the correct labels
+    the rule kept (explored rows excluded), auc = P(a correct row outscores a wrong one of the same
+    prompt) over every label, ties 1/2 (within prompts: the rule only compares rows of one request).
   * The head starts at zero weights and trains by full-batch gradient descent: no random draws, so runs
     and resumes are exact; its weights and replay are in the checkpoint.
   * Step metrics: arrol/rows (rows started in expanded requests), arrol/pruned, arrol/pruned_frac,
-    arrol/decided (requests that reached the checkpoint), arrol/labels, arrol/precision, arrol/recall,
-    arrol/auc (each figure only when defined).
+    arrol/decided (requests that reached the checkpoint), arrol/explored, arrol/labels, arrol/precision,
+    arrol/recall, arrol/auc (each figure only when defined).
   * Needs in-flight control with hidden states (the torch engine); refused by name by the vLLM engine,
     the simulator, async mode and host trainers (TRL, verl); does not compose with partial rollouts,
     speculation (SPEC-RL) or another in-flight component (DUET's abort).
 
 Defaults [INF; the paper's N/G, L_p and head are unknown]: ratio = 2 (the embedded n = 8 starts 16),
 prune_at = 32 tokens, rho = 0.5 [SEC], a logistic probe (lr 0.5, l2 1e-3, 20 steps per training step,
-a replay of 1024 labels).
+a replay of 1024 labels), explore = 0 (the spec's "small random fraction" is not given a value).
 """
 from __future__ import annotations
 
@@ -77,14 +82,18 @@ def survivors(p_B, m: int, rho: float) -> list[int]:
     return sorted(order[:hi] + order[B - (m - hi):] if m > hi else order[:hi])
 
 
-def head_figures(p_N: np.ndarray, high_N: np.ndarray, correct_N: np.ndarray, group_N: np.ndarray) -> dict:
-    """precision and recall of "high side = predicted correct", and the AUC of the scores over pairs
-    (correct, wrong) of the same group (ties 1/2); each only when defined."""
+def head_figures(p_N: np.ndarray, high_N: np.ndarray, correct_N: np.ndarray, group_N: np.ndarray,
+                 ruled_N: np.ndarray | None = None) -> dict:
+    """precision and recall of "high side = predicted correct" over the rows the rule kept (`ruled_N`;
+    None: all), and the AUC of the scores over pairs (correct, wrong) of the same group (ties 1/2); each
+    only when defined."""
     out = {}
-    if high_N.any():
-        out["arrol/precision"] = float((high_N & correct_N).sum() / high_N.sum())
-    if correct_N.any():
-        out["arrol/recall"] = float((high_N & correct_N).sum() / correct_N.sum())
+    ruled_N = np.ones(len(p_N), dtype=bool) if ruled_N is None else ruled_N
+    high, correct = high_N & ruled_N, correct_N & ruled_N
+    if high.any():
+        out["arrol/precision"] = float((high & correct).sum() / high.sum())
+    if correct.any():
+        out["arrol/recall"] = float((high & correct).sum() / correct.sum())
     same_NN = group_N[:, None] == group_N[None, :]
     pairs_NN = same_NN & correct_N[:, None] & ~correct_N[None, :]
     if pairs_NN.any():
@@ -143,7 +152,7 @@ class ARRoL(Component):
     needs_inflight = True
 
     def __init__(self, ratio: float = 2.0, prune_at: int = 32, rho: float = 0.5, lr: float = 0.5,
-                 l2: float = 1e-3, head_steps: int = 20, buffer: int = 1024):
+                 l2: float = 1e-3, head_steps: int = 20, buffer: int = 1024, explore: float = 0.0):
         if not _is_num(ratio) or ratio < 1:
             raise ValueError(f"arrol: need ratio >= 1 (rows started per row kept), got {ratio!r}")
         if not _is_int(prune_at) or prune_at < 1:
@@ -155,12 +164,19 @@ class ARRoL(Component):
         if not (_is_int(head_steps) and head_steps >= 0 and _is_int(buffer) and buffer >= 1):
             raise ValueError(f"arrol: need head_steps >= 0 and buffer >= 1 (whole numbers), "
                              f"got {head_steps!r} and {buffer!r}")
-        self.ratio, self.prune_at, self.rho = float(ratio), int(prune_at), float(rho)
+        if not _is_num(explore) or not 0 <= explore < 1:
+            raise ValueError(f"arrol: need 0 <= explore < 1 (the share of pruned rows run on as labels), "
+                             f"got {explore!r}")
+        self.ratio, self.prune_at, self.rho, self.explore = float(ratio), int(prune_at), float(rho), float(explore)
         self.head = QualityHead(float(lr), float(l2), int(head_steps), int(buffer))
         self._target: dict[int, int] = {}  # this step: prompt id -> G, for the requests allocated here
+        self._base: int | None = None  # the explore draws' seed, drawn once from the planner's stream
+        self._waves = 0  # watched waves this step
 
     def begin_step(self, ctx: StepContext) -> None:
-        self._target = {}
+        self._target, self._waves = {}, 0
+        if self.explore > 0 and self._base is None:
+            self._base = int(ctx.rng.integers(2**62))
 
     def allocate(self, prompts: list[Prompt], ns: list[int], ctx: StepContext) -> list[int]:
         out = []
@@ -172,7 +188,8 @@ class ARRoL(Component):
 
     def watch(self, requests: list[Request], ctx: StepContext) -> "PruneGate":
         targets = [self._target.pop(r.prompt.id, None) if r.purpose == "train" else None for r in requests]
-        return PruneGate(self, requests, targets, ctx.metrics)
+        self._waves += 1
+        return PruneGate(self, requests, targets, ctx.metrics, (self._base, ctx.step, self._waves))
 
     def finish(self, groups: list[Group], ctx: StepContext) -> list[Group]:
         """Score the head's decisions against the survivors' correctness, then train it on them."""
@@ -191,15 +208,18 @@ class ARRoL(Component):
                     gs.append(gi)
         m["arrol/labels"] = float(len(ys))
         if ys:
-            m.update(head_figures(np.asarray(ps), np.asarray(highs, dtype=bool), np.asarray(ys) > 0, np.asarray(gs)))
+            ruled = np.array([h is not None for h in highs])  # an explored row was not the rule's choice
+            m.update(head_figures(np.asarray(ps), np.array([bool(h) for h in highs]), np.asarray(ys) > 0,
+                                  np.asarray(gs), ruled))
             self.head.update(torch.stack(hs), ys)
         return groups
 
     def state_dict(self) -> dict:
-        return {"head": self.head.state_dict()}
+        return {"head": self.head.state_dict(), "base": self._base}
 
     def load_state_dict(self, state: dict) -> None:
         self.head.load_state_dict(state["head"])
+        self._base = state.get("base")
 
 
 class PruneGate:
@@ -209,8 +229,9 @@ class PruneGate:
 
     hidden = True  # the driver asks the engine for hidden states
 
-    def __init__(self, rule: ARRoL, requests: list[Request], targets: list[int | None], metrics: dict):
-        self.rule, self.requests, self.targets, self.metrics = rule, requests, targets, metrics
+    def __init__(self, rule: ARRoL, requests: list[Request], targets: list[int | None], metrics: dict,
+                 key: tuple = ()):
+        self.rule, self.requests, self.targets, self.metrics, self.key = rule, requests, targets, metrics, key
         self.decided: set[int] = set()
         self._count("arrol/rows", sum(r.n for r, G in zip(requests, targets) if G is not None))
 
@@ -233,11 +254,21 @@ class PruneGate:
         p_B = rule.head.prob(h_BD)
         keep = survivors(p_B.tolist(), m, rule.rho)
         high = set(sorted(keep, key=lambda k: (-float(p_B[k]), k))[:math.ceil(rule.rho * len(keep) - 1e-9)])
+        explored = {k for k, (j, _) in enumerate(live) if k not in keep and rule.explore > 0
+                    and np.random.default_rng([*self.key, i, j]).random() < rule.explore}
         self._count("arrol/decided", 1)
-        self._count("arrol/pruned", len(live) - len(keep))
-        return [Decision(i, j, "keep", meta={H_KEY: h_BD[k].detach().clone(), P_KEY: float(p_B[k]),
-                                             HIGH_KEY: k in high})
-                if k in keep else Decision(i, j, "pruned") for k, (j, _) in enumerate(live)]
+        self._count("arrol/pruned", len(live) - len(keep) - len(explored))
+        if rule.explore > 0:
+            self._count("arrol/explored", len(explored))
+        out = []
+        for k, (j, _) in enumerate(live):
+            if k in keep or k in explored:  # an explored row is a label, not the rule's choice: no side
+                meta = {H_KEY: h_BD[k].detach().clone(), P_KEY: float(p_B[k]),
+                        HIGH_KEY: (k in high) if k in keep else None}
+                out.append(Decision(i, j, "keep", meta=meta))
+            else:
+                out.append(Decision(i, j, "pruned"))
+        return out
 
     def _count(self, key: str, x: float) -> None:
         self.metrics[key] = self.metrics.get(key, 0.0) + float(x)
