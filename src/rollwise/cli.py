@@ -27,7 +27,8 @@ def _train_parser(sub):
     p.add_argument("--workers", type=int, help="async: rollout workers (Ray actors)")
     p.add_argument("--max-staleness", type=int, dest="max_staleness",
                    help="async: rollouts come from a policy at most this many updates old (0 = synchronous)")
-    p.add_argument("--reward", help="user reward 'module:function' called as fn(response, answer)")
+    p.add_argument("--reward", help="user reward 'module:function' called as fn(response, answer), or 'math' "
+                   "(math-verify; reward_options.extract: auto, boxed, ####, number)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override any config key, dotted for nesting (e.g. learner.lr=1e-4); YAML values")
     p.add_argument("--allow-config-change", action="store_true", dest="allow_config_change",

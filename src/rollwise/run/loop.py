@@ -37,7 +37,7 @@ from ..core.ledger import Ledger
 from ..learn.learner import Learner
 from ..policy.policy import Policy
 from ..policy.warmstart import base_checkpoint
-from ..tasks.reward import Scorer
+from ..tasks.reward import Scorer, builtin_reward
 from .config import Config, config_changes, validate, RESUME_MAY_CHANGE
 from .driver import StepDriver
 from .evaluate import check_finite_weights, evaluate
@@ -83,9 +83,10 @@ class Trainer:
         self.planner = build_planner(cfg.planner, len(self.pool), self.rng, cfg.planner_options)
         if self.planner.draft_cost is not None:  # SPEC-RL's draft tokens, in decoded-token units
             self.ledger.draft_cost = self.planner.draft_cost
-        if cfg.reward:  # a user's function: in a worker process, with a timeout and a memory limit
-            self.scorer = Scorer(cfg.reward, trusted=False, timeout_s=cfg.reward_timeout_s,
-                                 memory_mb=cfg.reward_memory_mb)
+        if cfg.reward:  # a user's function or "math": in a worker process, with a timeout and a memory limit
+            spec, path = builtin_reward(cfg.reward, cfg.reward_options) or (cfg.reward, [])
+            self.scorer = Scorer(spec, trusted=False, timeout_s=cfg.reward_timeout_s,
+                                 memory_mb=cfg.reward_memory_mb, path=path)
         else:
             self.scorer = Scorer(self.task.verify)
         self.driver = StepDriver(self.engine, self.ledger, self.history, self.scorer, self.policy)
