@@ -20,6 +20,7 @@ from ..learn.learner import Learner
 from ..policy.policy import Policy
 from ..policy.warmstart import base_checkpoint
 from ..tasks.reward import Scorer, load_reward_fn
+from ..tasks.shaping import ShapedScorer, build_shaping
 from .config import Config
 from .driver import StepDriver
 from .evaluate import evaluate
@@ -48,6 +49,9 @@ class Trainer:
             self.scorer = Scorer(load_reward_fn(cfg.reward), trusted=False, timeout_s=cfg.reward_timeout_s)
         else:
             self.scorer = Scorer(self.task.verify)
+        if cfg.reward_shaping:  # e.g. DAPO's overlong penalty, added after scoring (tasks/shaping.py)
+            self.scorer = ShapedScorer(self.scorer, build_shaping(cfg.reward_shaping, cfg.reward_shaping_options,
+                                                                  cfg.max_new_tokens))
         self.driver = StepDriver(self.engine, self.ledger, self.history, self.scorer, self.policy)
         self.step = 0
 
@@ -67,6 +71,9 @@ class Trainer:
                 "rollouts": self.ledger.budget_rollouts(), "prompts": len(generated),
                 "zero_var_frac_gen": sum(g.zero_variance for g in generated) / max(len(generated), 1),
                 "reward_mean": float(np.mean([r.reward for g in generated for r in g.rollouts] or [0])),
+                # responses cut at their length limit (finish reason "length") before EOS
+                "truncated_frac": float(np.mean([r.finish_reason == "length" for g in generated for r in g.rollouts]
+                                                or [0])),
                 "group_min": min(sizes), "group_mean": float(np.mean(sizes)), "group_max": max(sizes),
                 **{f"tokens_{k}": v for k, v in self.ledger.legacy_tokens().items()},
                 **{f"rollouts_{k}": v for k, v in self.ledger.legacy_rollouts().items()},
