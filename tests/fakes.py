@@ -9,7 +9,7 @@ from rollwise.control.base import StepContext
 from rollwise.core.history import PromptHistory
 from rollwise.core.ledger import Ledger
 from rollwise.core.types import Group, Prompt, Rollout
-from rollwise.generate.engine import Finished
+from rollwise.generate.engine import Finished, Progress
 from rollwise.run.driver import StepDriver
 
 
@@ -126,3 +126,99 @@ class ConstPolicy:
         x = self.model.bias * 0 - 1.0
         out = torch.nn.utils.rnn.pad_sequence([x.expand(len(r)) for r in responses], batch_first=True)
         return out, torch.zeros_like(out), None
+
+
+class TokenEngine:
+    """A scripted engine that decodes token by token (the Engine protocol with partial rollouts): row j of
+    prompt x wants `length(x, j)` tokens; each poll step appends one token (its id is the step count, its
+    log-prob -0.1 * version - 0.01 * position, so tests can see which policy made which token). Rows stop at
+    their length (EOS), at max_tokens (length) or at a segment budget (partial); abort returns what each
+    row has. The j-th finished row of prompt x is correct iff floor((j+1) p) > floor(j p)."""
+
+    def __init__(self, lengths, rates=None, max_tokens=20):
+        self.lengths, self.rates, self.max_tokens = lengths, rates or {}, max_tokens
+        self.version, self.queue, self.running, self.seen = 0, [], [], {}
+        self.decoded = 0  # every token this engine produced: the ledger must match it
+        self.submitted = []
+
+    def submit(self, requests):
+        self.submitted.append(list(requests))
+        for q in requests:
+            pre = q.prefix
+            rows = []
+            for j in range(q.n):
+                have = pre.num_tokens if pre is not None else 0
+                want = pre.meta["want"] if pre is not None else self.lengths(q.prompt.id, j)
+                budget = (q.sampling.max_tokens or self.max_tokens) - have
+                seg = q.sampling.segment_tokens
+                rows.append({"toks": [], "lps": [], "want": want - have, "total": want, "budget": budget,
+                             "seg": seg if seg is not None else budget, "state": None})
+            self.queue.append((q, rows))
+
+    @property
+    def pending(self):
+        return len(self.queue) + len(self.running)
+
+    def poll(self, max_steps=None):
+        self.running += self.queue
+        self.queue = []
+        steps = 0
+        while self.running and (max_steps is None or steps < max_steps):
+            steps += 1
+            for q, rows in self.running:
+                for r in rows:
+                    if r["state"] is None:
+                        r["toks"].append(len(r["toks"]))
+                        r["lps"].append(-0.1 * self.version - 0.01 * len(r["toks"]))
+                        self.decoded += 1
+                        k = len(r["toks"])
+                        if k >= r["want"]:
+                            r["state"] = "eos"
+                        elif k >= r["budget"]:
+                            r["state"] = "length"
+                        elif k >= r["seg"]:
+                            r["state"] = "budget"
+            out = [self._finish(q, rows) for q, rows in self.running if all(r["state"] for r in rows)]
+            self.running = [(q, rows) for q, rows in self.running if not all(r["state"] for r in rows)]
+            if out:
+                return out + [Progress(q, [len(r["toks"]) for r in rows]) for q, rows in self.running]
+        return [Progress(q, [len(r["toks"]) for r in rows]) for q, rows in self.running]
+
+    def abort(self, request_ids):
+        ids, out = set(request_ids), []
+        for q, rows in self.running + self.queue:
+            if q.id in ids:
+                for r in rows:
+                    r["state"] = r["state"] or ("length" if len(r["toks"]) >= r["budget"] else "aborted")
+                out.append(self._finish(q, rows))
+        self.running = [(q, r) for q, r in self.running if q.id not in ids]
+        self.queue = [(q, r) for q, r in self.queue if q.id not in ids]
+        return out
+
+    def update_weights(self, version, state_dict=None):
+        self.version = version
+
+    def _finish(self, q, rows):
+        from rollwise.generate.engine import Finished
+
+        out = []
+        for r in rows:
+            state = r["state"]
+            status = {"eos": "done", "length": "done", "budget": "partial", "aborted": "aborted"}[state]
+            toks, lps = torch.tensor(r["toks"], dtype=torch.long), torch.tensor(r["lps"])
+            versions, meta, pre = None, {"want": r["total"]}, q.prefix
+            if pre is not None:
+                pv = pre.versions_T if pre.versions_T is not None else torch.full((pre.num_tokens,), pre.policy_version)
+                versions = torch.cat([pv, torch.full((len(toks),), self.version)])
+                meta.update(prefix=pre, tokens_by_kind={"decoded": len(toks)})
+                toks, lps = torch.cat([pre.token_ids_T, toks]), torch.cat([pre.logprobs_T, lps])
+            correct = False
+            if status == "done":
+                pid, p = q.prompt.id, self.rates.get(q.prompt.id, 0.5)
+                j = self.seen.get(pid, 0)
+                self.seen[pid] = j + 1
+                correct = int((j + 1) * p + 1e-9) > int(j * p + 1e-9)
+            out.append(Rollout(q.prompt.id, [1, 2], toks, lps, "x", state, pre.policy_version if pre else self.version,
+                               q.purpose, reward=float(correct), correct=correct, status=status,
+                               versions_T=versions, meta=meta))
+        return Finished(q, Group(q.prompt, out), 2 + (pre.num_tokens if (pre := q.prefix) else 0))

@@ -7,6 +7,7 @@ import pytest
 from rollwise.control.aero import AERO, betainc, informative_prob
 from rollwise.control.base import Planner
 from rollwise.core.types import Batch, Group
+from rollwise.control.base import Assembled
 from rollwise.run.driver import StepDriver
 
 from fakes import Engine, R, make_ctx, run_step
@@ -17,7 +18,7 @@ def settle(ledger, generated, trained):
     ledger.charge(generated)
     driver = StepDriver(None, ledger, None)
     driver._generated = list(generated)
-    driver.settle(Batch(trained))
+    driver.settle(Assembled(Batch(trained), [], list(generated)), None)
 
 
 def test_incomplete_beta_closed_forms():

@@ -17,6 +17,27 @@ def tiny_policy(seed=0):
     return p
 
 
+def no_eos(pol):
+    """A policy that never emits EOS (its logit is -inf in the sampler's and the learner's forward), so
+    rows run to their length limits."""
+    forward, full = pol.forward, pol.full_logits
+
+    def masked(*a, **k):
+        logits, cache = forward(*a, **k)
+        logits = logits.clone()
+        logits[..., pol.eos_id] = float("-inf")
+        return logits, cache
+
+    def masked_full(ids, mask, output_hidden=False):
+        out = full(ids, mask, output_hidden)
+        logits = (out[0] if output_hidden else out).clone()
+        logits[..., pol.eos_id] = -1e9  # finite: the learner's entropy multiplies exp(logp) by logp
+        return (logits, out[1]) if output_hidden else logits
+
+    pol.forward, pol.full_logits = masked, masked_full
+    return pol
+
+
 def hf_checkpoint(tmp_path):
     """A small Llama built from transformers classes, with the char tokenizer, saved locally."""
     from transformers import LlamaConfig, LlamaForCausalLM

@@ -60,18 +60,12 @@ def test_file_task_malformed_row_names_file_row_field(tmp_path, line, msg):
 def test_reward_function_that_raises_or_hangs_does_not_kill():
     import time
 
-    def flaky(resp, ans):
-        if resp == "boom":
-            raise RuntimeError("bad reward")
-        if resp == "hang":
-            time.sleep(5)
-        return 1.0 if resp == ans else 0.0
-
-    s = Scorer(flaky, trusted=False, timeout_s=0.2)
+    s = Scorer("adversarial_rewards:flaky", trusted=False, timeout_s=0.5)  # runs in a worker process
     t0 = time.perf_counter()
     assert s.reward("boom", "x") == 0.0 and s.reward("hang", "x") == 0.0
     assert s.reward("7", "7") == 1.0  # a fresh worker serves after the hang
-    assert s.errors == 2 and time.perf_counter() - t0 < 3
+    assert s.errors == 2 and time.perf_counter() - t0 < 5
+    s.close()
 
 
 # ---- reward components ------------------------------------------------------------------------
@@ -123,18 +117,7 @@ def _rollout(text):
 def test_untrusted_component_reward_that_raises_hangs_or_changes_shape_scores_zero_parts():
     import time
 
-    def parts(resp, ans):
-        if resp == "boom":
-            raise RuntimeError("bad reward")
-        if resp == "hang":
-            time.sleep(5)
-        if resp == "odd":
-            return {"correct": 1.0}  # a missing component
-        if resp == "flat":
-            return 1.0  # a float after components
-        return {"correct": float(resp == ans), "short": float(len(resp) <= 2)}
-
-    s = Scorer(parts, trusted=False, timeout_s=0.2, weights={"correct": 0.75, "short": 0.25})
+    s = Scorer("adversarial_rewards:parts", trusted=False, timeout_s=0.5, weights={"correct": 0.75, "short": 0.25})
     t0 = time.perf_counter()
     # the names are known from the weights, so a failure before any success has all its parts
     assert s.judge("boom", "7") == Score(0.0, False, (0.0, 0.0))
@@ -142,16 +125,12 @@ def test_untrusted_component_reward_that_raises_hangs_or_changes_shape_scores_ze
     assert s.judge("777", "777") == Score(0.75, True, (1.0, 0.0))  # a fresh worker serves after the hang
     assert s.judge("8", "7") == Score(0.25, False, (0.0, 1.0))
     assert s.judge("odd", "7") == Score(0.0, False, (0.0, 0.0)) and s.judge("flat", "7").parts == (0.0, 0.0)
-    assert s.errors == 4 and time.perf_counter() - t0 < 3
+    assert s.errors == 4 and time.perf_counter() - t0 < 5
+    s.close()
 
 
 def test_scorer_fills_zero_parts_of_failures_before_the_names_were_known():
-    def parts(resp, ans):
-        if resp == "boom":
-            raise RuntimeError("bad reward")
-        return {"correct": float(resp == ans), "short": float(len(resp) <= 2)}
-
-    s = Scorer(parts, trusted=False)
+    s = Scorer("adversarial_rewards:parts", trusted=False)
     g = Group(Prompt(0, "q", "7"), [_rollout(t) for t in ("boom", "7", "877")])
     s.score([g])
     assert [r.reward_parts for r in g.rollouts] == [(0.0, 0.0), (1.0, 1.0), (0.0, 0.0)]

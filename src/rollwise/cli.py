@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -22,9 +23,17 @@ def _train_parser(sub):
     p.add_argument("--recompose")
     p.add_argument("--task", help="task name (arithmetic, file)")
     p.add_argument("--engine", help="engine that samples: a registered name (torch) or 'module:Class'")
+    p.add_argument("--mode", choices=["sync", "async"], help="async: Ray rollout workers run ahead of the learner")
+    p.add_argument("--workers", type=int, help="async: rollout workers (Ray actors)")
+    p.add_argument("--max-staleness", type=int, dest="max_staleness",
+                   help="async: rollouts come from a policy at most this many updates old (0 = synchronous)")
     p.add_argument("--reward", help="user reward 'module:function' called as fn(response, answer)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override any config key, dotted for nesting (e.g. learner.lr=1e-4); YAML values")
+    p.add_argument("--allow-config-change", action="store_true", dest="allow_config_change",
+                   help="resume a run in --out with settings other than those it was made with (recorded in "
+                        "DIR/config_changes.jsonl); without it only steps, budget and eval/checkpoint cadence "
+                        "may change")
     return p
 
 
@@ -32,7 +41,8 @@ def _overrides(args) -> dict:
     import yaml
 
     ov = {}
-    for key in ("model", "steps", "seed", "out", "planner", "task", "reward", "engine"):
+    for key in ("model", "steps", "seed", "out", "planner", "task", "reward", "engine", "mode", "workers",
+                "max_staleness"):
         if getattr(args, key, None) is not None:
             ov[key] = getattr(args, key)
     for key in ("advantage", "loss", "loss_agg", "correction", "recompose"):
@@ -40,8 +50,10 @@ def _overrides(args) -> dict:
             ov[f"learner.{key}"] = getattr(args, key)
     for item in args.set:
         if "=" not in item:
-            raise SystemExit(f"--set {item!r}: expected KEY=VALUE")
+            raise ValueError(f"--set {item!r}: expected KEY=VALUE")
         k, v = item.split("=", 1)
+        if not k.strip() or any(not part for part in k.split(".")):
+            raise ValueError(f"--set {item!r}: expected KEY=VALUE with a key such as learner.lr")
         ov[k] = _parse_value(v)
     return ov
 
@@ -50,7 +62,10 @@ def _parse_value(text: str):
     """YAML value, except that numbers like 3e-4 (a string to YAML 1.1) are numbers."""
     import yaml
 
-    v = yaml.safe_load(text)
+    try:
+        v = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ValueError(f"--set value {text!r}: not a YAML value ({str(e).splitlines()[0]})") from None
     if isinstance(v, str):
         try:
             return float(text)
@@ -64,7 +79,7 @@ def cmd_train(args) -> int:
     from .run.loop import Trainer
 
     cfg = load_config(args.config, _overrides(args))
-    rows = Trainer(cfg).run()
+    rows = Trainer(cfg, allow_config_change=args.allow_config_change).run()
     evals = [r for r in rows if "eval_acc" in r]
     if evals:
         first, last = evals[0], evals[-1]
@@ -75,17 +90,26 @@ def cmd_train(args) -> int:
 
 def cmd_eval(args) -> int:
     from .core import registry
-    from .policy.policy import Policy
     from .policy.warmstart import base_checkpoint
     from .run.config import load_config
-    from .run.evaluate import evaluate
+    from .run.evaluate import check_finite_weights, evaluate
+    from .run.loop import load_policy
     from .tasks.reward import Scorer
 
+    for name, least in (("size", 0), ("k", 0), ("samples", 0)):
+        if getattr(args, name) < least:
+            raise ValueError(f"--{name} must be >= {least}, got {getattr(args, name)}")
+    if args.samples and args.samples < args.k:
+        raise ValueError(f"--samples must be >= --k ({args.k}), got {args.samples}")
     cfg = load_config(args.config, _overrides(args))
     task = registry.get("task", cfg.task).obj(**cfg.task_options)
     path = args.model or cfg.model or base_checkpoint(task, cfg.warmstart)
-    policy = Policy.load(path)
+    policy = load_policy(path)
     policy.model.eval()
+    try:
+        check_finite_weights(policy)
+    except ValueError as e:
+        raise ValueError(f"--model {path}: {e}") from None
     heldout = task.heldout()[: args.size or None]
     out = evaluate(policy, heldout, Scorer(task.verify), None, cfg.max_new_tokens, args.k, args.samples,
                    cfg.temperature, seed=cfg.seed)
@@ -131,6 +155,25 @@ def cmd_list(args) -> int:
     return 0
 
 
+def die_with_parent() -> None:
+    """A trainer started by `rollwise bench` (ROLLWISE_PARENT_PID set) ends when the bench ends, even by
+    SIGKILL, which no cleanup code in the bench sees: Linux PR_SET_PDEATHSIG, set by the trainer itself
+    (setting it between fork and exec is unsafe in a threaded parent), then a check that the bench did
+    not die before it was set."""
+    parent = os.environ.get("ROLLWISE_PARENT_PID")
+    if not parent or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != int(parent):
+        sys.exit("rollwise: error: the bench that started this run has ended")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="rollwise", description=__doc__)
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -159,12 +202,22 @@ def main(argv=None) -> int:
     if add_sim_parser is not None:
         add_sim_parser(sub)
     args = parser.parse_args(argv)
+    die_with_parent()
     args.argv = list(sys.argv[1:] if argv is None else argv)  # the command as given (reports record it)
+    from .bench.runner import BenchFailed
+    from .run.loop import RunStopped
+
     try:
         return {"train": cmd_train, "eval": cmd_eval, "list": cmd_list, "warmstart": cmd_warmstart}.get(args.cmd, getattr(args, "func", None))(args)
-    except (ValueError, FileNotFoundError, KeyError) as e:
-        print(f"rollwise: error: {e}", file=sys.stderr)
+    except (ValueError, OSError, KeyError, RunStopped, BenchFailed) as e:
+        # bad input, a file that cannot be read or written, or a run that stopped for a stated reason: one
+        # line, no traceback (a genuine bug raises something else and keeps its traceback)
+        msg = e.args[0] if isinstance(e, KeyError) and e.args else e
+        print(f"rollwise: error: {' '.join(str(msg).split())}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("rollwise: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

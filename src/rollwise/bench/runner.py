@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -65,8 +66,22 @@ class BenchConfig:
     task: str = "arithmetic"  # a registered task; its mixes are task_mixes(task)
 
 
+class BenchFailed(RuntimeError):
+    """Some bench runs failed (each named with its log); the CLI prints it as one line."""
+
+
+def safe_name(name: str) -> str:
+    """A name as one directory name: `greso+ar3po` -> `greso_plus_ar3po`, and every character outside
+    [A-Za-z0-9._-] -> `_`, so a planner, task or mix name never becomes a path (`../../x` -> `.._.._x`,
+    and a name of dots only is refused)."""
+    slug = re.sub(r"[^A-Za-z0-9._-]", "_", name.replace("+", "_plus_").replace(":", "_"))
+    if not slug.strip("."):
+        raise ValueError(f"name {name!r} cannot name a run directory")
+    return slug
+
+
 def run_dir(cfg: BenchConfig, mix: str, planner: str, seed: int) -> Path:
-    return Path(cfg.out) / "runs" / mix / planner.replace("+", "_plus_").replace(":", "_") / f"seed{seed}"
+    return Path(cfg.out) / "runs" / safe_name(mix) / safe_name(planner) / f"seed{seed}"
 
 
 def eval_tokens(cfg: BenchConfig) -> int:
@@ -144,9 +159,24 @@ def check_engine(name: str) -> None:
 
 
 def run_all(cfg: BenchConfig, log=print) -> None:
+    """Every run of the bench, `jobs` at a time. The bench holds a lock on its --out while it runs (a
+    second bench on it fails at once), and each trainer holds its own run directory's."""
+    from ..run.loop import OutLock
+
     check_engine(cfg.engine)
     if cfg.jobs < 1:
         raise ValueError(f"bench: --jobs must be >= 1, got {cfg.jobs}")
+    for name, value in (("seeds", cfg.seeds), ("pool-size", cfg.pool_size)):
+        if value < 1:
+            raise ValueError(f"bench: --{name} must be >= 1, got {value}")
+    if not str(cfg.out).strip():
+        raise ValueError("bench: --out must name a directory, got an empty string")
+    Path(cfg.out).mkdir(parents=True, exist_ok=True)
+    with OutLock(Path(cfg.out), "bench --out"):
+        _run_all(cfg, log)
+
+
+def _run_all(cfg: BenchConfig, log) -> None:
     keys = [(m, p, s) for m in cfg.mixes for p in cfg.planners for s in range(cfg.seeds)]
     if cfg.engine != "sim":  # every run's settings are checked before the first one starts
         from ..run.config import load_config
@@ -192,7 +222,8 @@ def _run_processes(cfg: BenchConfig, todo: list, running: list, env: dict, log) 
             d = run_dir(cfg, *key)
             d.mkdir(parents=True, exist_ok=True)
             logf = open(d / "train.log", "a")
-            proc = subprocess.Popen(run_command(cfg, *key), stdout=logf, stderr=subprocess.STDOUT, env=env)
+            proc = subprocess.Popen(run_command(cfg, *key), stdout=logf, stderr=subprocess.STDOUT,
+                                    env={**env, "ROLLWISE_PARENT_PID": str(os.getpid())})
             running.append((proc, key, time.perf_counter()))
         time.sleep(0.2)
         if time.perf_counter() - last_progress >= PROGRESS_EVERY_S:  # runs take minutes: say where they are
@@ -212,7 +243,8 @@ def _run_processes(cfg: BenchConfig, todo: list, running: list, env: dict, log) 
                 failures.append(key)
                 log(f"bench: FAILED {key[0]}/{key[1]}/seed{key[2]} (exit {proc.returncode}); see {d / 'train.log'}")
     if failures:
-        raise RuntimeError(f"{len(failures)} bench runs failed: {failures}")
+        raise BenchFailed(f"{len(failures)} bench runs failed: {', '.join('/'.join(map(str, k)) for k in failures)}; "
+                          f"see train.log in each run directory under {Path(cfg.out) / 'runs'}")
 
 
 def progress_line(cfg: BenchConfig, key: tuple) -> str | None:

@@ -142,12 +142,24 @@ class PoolSampler:
 
 @dataclass
 class Assembled:
-    """The end of a step's Control: the batch to train, the groups that may not train, and the
-    groups after `finish` (what the batch was chosen from)."""
+    """The end of a step's Control: the batch to train, the groups that may not train, the groups
+    after `finish` (what the batch was chosen from), and, with partial rollouts, the groups carried to
+    the next step and those dropped as too stale."""
 
     batch: Batch
     rejected: list[Group]
     final: list[Group]
+    carried: list[Group] = field(default_factory=list)
+    dropped: list[Group] = field(default_factory=list)
+
+
+@dataclass
+class Wave:
+    """Requests the driver runs together. `enough(finished)`, given {request index: scored Group} of
+    the requests finished so far, says when the rest may be aborted (their partial rows come back)."""
+
+    requests: list[Request]
+    enough: Callable[[dict], bool] | None = None
 
 
 class Planner:
@@ -160,6 +172,20 @@ class Planner:
         self.round = 0
         self._set_up = False
         self._sampling: dict = {}
+        self.version = 0  # the policy version of this step (the driver sets it): partial rows' staleness
+        self.max_staleness: int | None = None  # resumed rows older than this are dropped (None: never)
+        from .april import CarryStore
+
+        self.carry = CarryStore()
+        self._dropped: list[Group] = []
+        self._busy: set[int] = set()  # prompt ids being resumed this step
+        partial = [c for c in components if getattr(c, "partial", False)]
+        if partial and any(type(c).more is not Component.more for c in components):
+            raise ValueError(f"planner {self.name!r}: partial rollouts do not compose with staged allocation "
+                             "(a later stage would need rows that are still being generated)")
+        self.overprovision = max((c.overprovision for c in partial), default=0.0)
+        self.segment_tokens = min((c.segment_tokens for c in partial if c.segment_tokens), default=None)
+        self.partial = bool(partial)
         for c in components:
             c.bind(pool_size)
 
@@ -202,11 +228,17 @@ class Planner:
                 yield from self._run(c.setup(ctx))
             self._set_up = True
         self.round = 1
-        requests = yield from self._draw(ctx.batch_size, ctx)
+        if self.partial:
+            requests = yield from self._partial_wave(ctx)
+        else:
+            requests = yield from self._draw(ctx.batch_size, ctx)
         while requests:
-            groups = yield self._with_sampling(requests)
+            groups = yield self._with_sampling(self._segment(requests))
             grown = []
             for g in groups:
+                if self.partial and _unfinished(g):  # a refill's unfinished group waits for the next step
+                    self.carry.groups.append(g)
+                    continue
                 have = ctx.groups.get(g.prompt.id)
                 if have is None:
                     ctx.groups[g.prompt.id] = have = g
@@ -215,6 +247,50 @@ class Planner:
                 grown.append(have)
             requests = yield from self._more(grown, ctx)
         return (yield from self._assemble(ctx))
+
+    # ---- partial rollouts (control/april.py) ----------------------------------------------------
+    def _partial_wave(self, ctx: StepContext):
+        """The first wave with partial rollouts: carried groups first, then over-provisioned fresh
+        prompts; the driver stops it once batch_size groups are complete and accepted."""
+        from .april import overprovisioned
+
+        resumed, owners, ready, self._dropped = self.carry.resume(self.version, self.max_staleness)
+        self._busy = {r.prompt.id for r in resumed} | {g.prompt.id for g in ready}  # not drawn again now
+        carried = len(self._busy)
+        fresh = yield from self._draw(overprovisioned(max(ctx.batch_size - carried, 0), self.overprovision), ctx)
+        self._busy = set()
+        requests = self._with_sampling(self._segment(resumed + fresh))
+        owners = owners + [None] * len(fresh)
+        members: dict = {}  # one entry per group of the wave: the indices of its requests
+        for i, o in enumerate(owners):
+            members.setdefault(id(o) if o is not None else ("fresh", i), []).append(i)
+
+        def enough(finished: dict) -> bool:
+            """batch_size groups are back whole (every row done) and accepted."""
+            count = 0
+            for idx in members.values():
+                if all(i in finished for i in idx):
+                    (g,) = self.carry.absorb([requests[i] for i in idx], [owners[i] for i in idx],
+                                             [finished[i] for i in idx])
+                    count += not _unfinished(g) and self._accepts(g, ctx)
+            return count >= ctx.batch_size
+
+        groups = (yield Wave(requests, enough if self.overprovision > 0 else None)) if requests else []
+        taken = 0
+        for g in ready + self.carry.absorb(requests, owners, groups):  # held-over groups first, as APRIL
+            if _unfinished(g) or (taken >= ctx.batch_size and self.overprovision > 0):
+                self.carry.groups.append(g)  # unfinished, or complete beyond the batch: next step's
+                continue
+            ctx.groups[g.prompt.id] = g
+            taken += self._accepts(g, ctx)
+        return (yield from self._more(list(ctx.groups.values()), ctx))
+
+    def _segment(self, requests: list[Request]) -> list[Request]:
+        if self.partial and self.segment_tokens:
+            from .april import apply_segment
+
+            apply_segment(requests, self.segment_tokens)
+        return requests
 
     def _run(self, hook_result):
         """run_hook, with the step's sampling overrides applied to a hook's own requests."""
@@ -262,7 +338,8 @@ class Planner:
             kept = kept[: ctx.batch_size]
         kept_ids = {id(g) for g in kept}
         rejected = [g for g in groups if id(g) not in kept_ids]
-        return Assembled(Batch(kept, ctx.step), rejected, groups)
+        dropped, self._dropped = self._dropped, []
+        return Assembled(Batch(kept, ctx.step), rejected, groups, list(self.carry.groups), dropped)
 
     def observe(self, batch: Batch, ctx: StepContext) -> None:
         for c in self.components:
@@ -301,7 +378,7 @@ class Planner:
         survive or a full pass over the pool has been drawn (selectors may skip everything)."""
         oversample = max(c.oversample for c in self.components)
         chosen: list[Prompt] = []
-        seen = set(ctx.groups)
+        seen = set(ctx.groups) | self._busy | {g.prompt.id for g in self.carry.groups}
         drawn = 0
         while len(chosen) < need and drawn < len(ctx.pool):
             k = min((need - len(chosen)) * oversample, len(ctx.pool) - drawn)
@@ -322,14 +399,23 @@ class Planner:
 
     # ---- persistence ---------------------------------------------------------------------
     def state_dict(self) -> dict:
-        return {"sampler": self.sampler.state_dict(), "set_up": self._set_up,
-                "components": [c.state_dict() for c in self.components]}
+        s = {"sampler": self.sampler.state_dict(), "set_up": self._set_up,
+             "components": [c.state_dict() for c in self.components]}
+        if self.partial:  # in-flight partials are saved with their tokens
+            s["carry"] = self.carry.state_dict()
+        return s
 
     def load_state_dict(self, s: dict) -> None:
         self.sampler.load_state_dict(s["sampler"])
         self._set_up = bool(s["set_up"])
+        if "carry" in s:
+            self.carry.load_state_dict(s["carry"])
         for c, cs in zip(self.components, s["components"]):
             c.load_state_dict(cs)
+
+
+def _unfinished(g: Group) -> bool:
+    return any(getattr(r, "status", "done") != "done" for r in g.rollouts)
 
 
 def _no_requests(result, component: Component):

@@ -42,7 +42,7 @@ class Ledger:
         acc: dict = {}
         for g in groups:
             g.move("new", "open", acc)
-        for (purpose, kind, _), (n, tok) in acc.items():
+        for (purpose, kind, _, _), (n, tok) in acc.items():
             self._add(purpose, "open", kind, n, tok)
         self.prompt_tokens += int(prompt_tokens)
 
@@ -55,8 +55,8 @@ class Ledger:
         acc: dict = {}
         for g in groups:
             g.move(frm, to, acc)
-        for (purpose, kind, fate), (n, tok) in acc.items():
-            self._add(purpose, frm, kind, -n, -tok)
+        for (purpose, kind, src, fate), (n, tok) in acc.items():  # src: frm, or "carried" for a prefix
+            self._add(purpose, src, kind, -n, -tok)
             self._add(purpose, fate, kind, n, tok)
         return sum(tok for _, tok in acc.values())
 

@@ -38,11 +38,14 @@ class Prompt:
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """Per-request sampling overrides; None = the engine's default. temperature 0 = greedy."""
+    """Per-request sampling overrides; None = the engine's default. temperature 0 = greedy.
+    `max_tokens` bounds the whole response (a resumed prefix included); `segment_tokens` stops a row
+    after that many new tokens this time, as a partial rollout (status "partial") to resume later."""
 
     temperature: float | None = None
     top_p: float | None = None
     max_tokens: int | None = None
+    segment_tokens: int | None = None
 
 
 DEFAULT_SAMPLING = SamplingParams()  # frozen: one shared instance for every request without overrides
@@ -232,24 +235,34 @@ class Group:
     # ---- what the Ledger uses (the simulator's count-level groups answer without rollouts) -------
     def move(self, frm: str, to, acc: dict) -> None:
         """Set a new fate on this group's rollouts of fate `frm`: `to` is a fate, or {purpose: fate}
-        (purposes not in it stay). What moved is added to acc[(purpose, kind, fate)] = [rollouts,
-        tokens]: a rollout counts once, under the kind of its first token-kind entry."""
+        (purposes not in it stay). What moved is added to acc[(purpose, kind, from, to)] = [rollouts,
+        tokens]: a rollout counts once, under the kind of its first token-kind entry. A resumed rollout
+        carries its own new tokens only and counts as no new rollout: its prefix (`meta["prefix"]`,
+        charged when generated and "carried" since) follows it to the same fate."""
         for r in self.rollouts:
             if r.fate != frm:
                 continue
             fate = to if type(to) is str else to.get(r.purpose)
-            if fate is None:
-                continue
-            r.fate = fate
-            first = 1
-            for kind, tok in r.tokens_by_kind().items():
-                c = acc.get((r.purpose, kind, fate))
-                if c is None:
-                    acc[(r.purpose, kind, fate)] = [first, tok]
-                else:
-                    c[0] += first
-                    c[1] += tok
-                first = 0
+            if fate is not None:
+                _move_rollout(r, frm, fate, acc)
+
+
+def _move_rollout(r, frm: str, fate: str, acc: dict) -> None:
+    """One rollout to a new fate (and its carried prefix chain with it), counted into acc."""
+    r.fate = fate
+    pre = r.meta.get("prefix") if type(r) is Rollout else None
+    first = 0 if pre is not None else 1
+    for kind, tok in r.tokens_by_kind().items():
+        key = (r.purpose, kind, frm, fate)
+        c = acc.get(key)
+        if c is None:
+            acc[key] = [first, tok]
+        else:
+            c[0] += first
+            c[1] += tok
+        first = 0
+    if pre is not None and frm != "new" and pre.fate == "carried" and fate != "carried":  # settling, not charging
+        _move_rollout(pre, "carried", fate, acc)
 
 
 @dataclass

@@ -127,15 +127,20 @@ class DecodeState:
         row_src = torch.repeat_interleave(torch.arange(U), torch.tensor(ns, dtype=torch.long))
         R = self.R = int(row_src.numel())
         self.row_req = row_src
-        # per-row length limits: the request's max tokens (minus a resumed prefix), within the context
-        limit = []
-        for ctx_ids, pre, (_, _, m), n in zip(contexts, prefixes, params, ns):
+        # per-row length limits: the request's max tokens (minus a resumed prefix), within the context;
+        # a segment budget stops a row earlier, as a partial to resume
+        limit, full = [], []
+        for ctx_ids, pre, (_, _, m), n, r in zip(contexts, prefixes, params, ns, requests):
             room = pol.max_positions - len(ctx_ids)
             if room < 1 and n > 0 and m - len(pre) > 0:
                 raise ValueError(f"prompt of {len(ctx_ids)} tokens leaves no room to generate "
                                  f"(model context {pol.max_positions})")
-            limit += [max(0, min(m - len(pre), room))] * n
+            whole = max(0, min(m - len(pre), room))
+            seg = r.sampling.segment_tokens
+            full += [whole] * n
+            limit += [whole if seg is None else min(whole, max(int(seg), 1))] * n
         self.limit = torch.tensor(limit, dtype=torch.long)
+        self.full_limit = torch.tensor(full, dtype=torch.long)
         temps = [params[u][0] for u in row_src.tolist()]
         tops = [params[u][1] for u in row_src.tolist()]
         # one temperature and top-p for the whole chunk (the usual case) keeps the scalar arithmetic
@@ -287,20 +292,27 @@ class DecodeState:
         ent_mean = float(self.ent_sum[row] / max(k, 1))
         versions = None
         pre = req.prefix
-        if self.aborted[row]:
+        if self.hit_eos[row]:
+            reason, status = "eos", "done"
+        elif k >= int(self.full_limit[row]):  # the whole budget is spent: a length stop, even if aborted
+            reason, status = "length", "done"
+        elif self.aborted[row]:
             reason, status = "aborted", "aborted"
-        else:
-            reason, status = ("eos" if self.hit_eos[row] else "length"), "done"
+        else:  # stopped by its segment budget
+            reason, status = "budget", "partial"
+        meta = {}
         if pre is not None:  # a resumed partial: the prefix's tokens come first, with their versions
             pv = pre.versions_T if pre.versions_T is not None else torch.full((pre.num_tokens,), pre.policy_version)
             versions = torch.cat([pv, torch.full((k,), self.version)])
             pe = pre.entropy_T if pre.entropy_T is not None else torch.full((pre.num_tokens,), pre.entropy)
             toks, lps, ents = torch.cat([pre.token_ids_T, toks]), torch.cat([pre.logprobs_T, lps]), torch.cat([pe, ents])
             ent_mean = float(ents.mean()) if len(ents) else 0.0
+            # the prefix was charged when it was generated: this rollout adds only its k new tokens
+            meta = {"prefix": pre, "tokens_by_kind": {"decoded": k}}
         t = self.engine.params(req)[0]
         return Rollout(
             prompt_id=req.prompt.id, prompt_ids=self.prompt_ids[u], token_ids_T=toks, logprobs_T=lps,
             text=self.pol.decode(toks.tolist()), finish_reason=reason,
             policy_version=pre.policy_version if pre is not None else self.version, purpose=req.purpose,
             entropy=ent_mean, status=status, temperature=t if t > 0 else 1.0, entropy_T=ents,
-            versions_T=versions)
+            versions_T=versions, meta=meta)

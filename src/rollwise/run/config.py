@@ -5,6 +5,10 @@ Unknown keys are an error that names the key (a typo must not silently fall back
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,6 +33,9 @@ class Config:
     top_p: float = 1.0
     max_new_tokens: int | None = None  # None: the task's default (its `max_new_tokens` attribute), else 10
     engine: str = "torch"  # a registered engine, or 'module:Class'
+    mode: str = "sync"  # "sync": one step at a time; "async": Ray rollout workers ahead of the learner
+    workers: int = 1  # async: rollout workers (Ray actors), each with its own engine and policy copy
+    max_staleness: int = 1  # async: a step's rollouts come from a policy at most this many updates old
     engine_options: dict = field(default_factory=dict)  # extra keyword arguments for the engine
     seed: int = 0
     budget_tokens: int = 0  # stop once this many generated tokens are spent (0 = no limit)
@@ -39,9 +46,11 @@ class Config:
     eval_samples: int = 0  # samples per prompt for pass@k (>= k)
     checkpoint_every: int = 10
     reward: str | None = None  # "module:function" user reward, called as fn(response, answer)
-    reward_timeout_s: float = 5.0
+    reward_timeout_s: float = 5.0  # seconds one call of the reward worker (a group's rollouts) may take
+    reward_memory_mb: int = 4096  # address-space limit of the reward worker process (0 = none)
     reward_shaping: str | None = None  # a registered `shaping` added to every scored reward, e.g. "overlong"
     reward_shaping_options: dict = field(default_factory=dict)
+    max_skipped_steps: int = 3  # stop once this many steps in a row had a non-finite loss or gradient
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     # None: WarmStartConfig() with the task's `warmstart_defaults` on top (the keys a user sets win)
     warmstart: WarmStartConfig | None = None
@@ -55,8 +64,12 @@ class Config:
         if self.warmstart is None:
             self.warmstart = WarmStartConfig(**task_defaults(self.task)["warmstart"])
 
+    explicit: frozenset = frozenset()  # learner keys the user set (not written to config.json)
+
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(self)
+        d.pop("explicit")
+        return d
 
 
 DEFAULT_MAX_NEW_TOKENS = 10
@@ -72,7 +85,7 @@ def task_defaults(task: str) -> dict:
 
 
 def _build(cls, data: dict, where: str):
-    known = {f.name: f for f in dataclasses.fields(cls)}
+    known = {f.name: f for f in dataclasses.fields(cls) if f.name != "explicit"}
     kwargs = {}
     for k, v in data.items():
         if k not in known:
@@ -106,29 +119,44 @@ def load_config(path: str | Path | None = None, overrides: dict | None = None) -
             node = node.setdefault(p, {})
         node[parts[-1]] = value
     cfg = _build(Config, data, str(path) if path else "config")
+    learner = data.get("learner")  # the learner keys the user set (async picks a correction only if not)
+    cfg.explicit = frozenset(learner) if isinstance(learner, dict) else frozenset()
     validate(cfg)
     return cfg
 
 
 def validate(cfg: Config) -> None:
-    """Every component name resolves and every `*_options` key is a parameter of its component, checked
-    before any work is done: a typo is an error naming the key and the component, never a silent
-    default or a failure at the first step."""
+    """Every field has its type and range, every component name resolves and every `*_options` key is a
+    parameter of its component (with a value of the parameter's type), checked before any work is done:
+    a bad value is one error naming the field, never a silent default or a failure at the first step."""
     import numpy as np
 
     from ..control.base import build_planner
     from ..core import registry
 
+    check_fields(cfg)
+    check_imported_kinds(cfg)
+    for name, opts in cfg.planner_options.items() if isinstance(cfg.planner_options, dict) else ():
+        if isinstance(opts, dict) and name in cfg.planner.split("+"):
+            check_option_types(registry.get("planner", name).obj, opts, f"planner_options.{name}")
     build_planner(cfg.planner, 1, np.random.default_rng(0), cfg.planner_options)  # names, options, values
-    registry.check_options(registry.get("task", cfg.task).obj, cfg.task_options, "task_options", label=cfg.task)
+    task = registry.get("task", cfg.task).obj
+    registry.check_options(task, cfg.task_options, "task_options", label=cfg.task)
+    check_option_types(task, cfg.task_options, "task_options")
+    if cfg.model is None and not (hasattr(task, "sft_examples") and hasattr(task, "base_fingerprint")):
+        raise ValueError(f"task {cfg.task!r} has no supervised warm start to build a base model from: "
+                         "a run on it needs --model PATH (a local checkpoint directory with its tokenizer)")
     engine = registry.get("engine", cfg.engine).obj
     if not hasattr(engine, "for_policy"):
         raise ValueError(f"engine {cfg.engine!r} does not sample from a policy and cannot train one; "
                          "it runs through `rollwise sim` and `rollwise bench --engine sim`")
     registry.check_options(engine, cfg.engine_options, "engine_options", skip=1, label=cfg.engine)
+    check_option_types(engine, cfg.engine_options, "engine_options")
     if cfg.reward_shaping:
-        registry.check_options(registry.get("shaping", cfg.reward_shaping).obj, cfg.reward_shaping_options,
-                               "reward_shaping_options", label=cfg.reward_shaping)
+        shaping = registry.get("shaping", cfg.reward_shaping).obj
+        registry.check_options(shaping, cfg.reward_shaping_options, "reward_shaping_options",
+                               label=cfg.reward_shaping)
+        check_option_types(shaping, cfg.reward_shaping_options, "reward_shaping_options")
     elif cfg.reward_shaping_options:
         raise ValueError("reward_shaping_options: set, but reward_shaping is not")
     L = cfg.learner
@@ -136,17 +164,24 @@ def validate(cfg: Config) -> None:
     tracker = adv_opts.pop("tracker", None)
     adv = registry.get("advantage", L.advantage).obj
     registry.check_options(adv, adv_opts, "learner.advantage_options", skip=1, label=L.advantage)
+    check_option_types(adv, adv_opts, "learner.advantage_options")
+    estimator = L.recompose_options.get("advantage", L.advantage) if L.recompose != "none" else L.advantage
+    if cfg.n < 2 and estimator in GROUP_ESTIMATORS:
+        raise ValueError(f"n must be >= 2 with advantage {estimator!r}, got {cfg.n}: it compares rollouts within a "
+                         "group, so groups of one rollout all get advantage 0 and nothing is learned "
+                         f"(estimators without groups: {', '.join(sorted(SINGLE_ESTIMATORS))})")
     if tracker is not None:
         if getattr(adv, "tracker", None) is None:
             raise ValueError(f"learner.advantage_options.tracker: advantage {L.advantage!r} keeps no state "
                              "across batches")
         registry.check_options(adv.tracker, tracker, "learner.advantage_options.tracker")
-    registry.check_options(registry.get("loss", L.loss).obj, L.loss_options, "learner.loss_options", skip=1,
-                           label=L.loss)
-    registry.check_options(registry.get("aggregation", L.loss_agg).obj, L.loss_agg_options,
-                           "learner.loss_agg_options", skip=3, label=L.loss_agg)
-    registry.check_options(registry.get("correction", L.correction).obj, L.correction_options,
-                           "learner.correction_options", skip=1, label=L.correction)
+    for kind, name, opts, where, skip in (("loss", L.loss, L.loss_options, "learner.loss_options", 1),
+                                          ("aggregation", L.loss_agg, L.loss_agg_options, "learner.loss_agg_options", 3),
+                                          ("correction", L.correction, L.correction_options,
+                                           "learner.correction_options", 1)):
+        obj = registry.get(kind, name).obj
+        registry.check_options(obj, opts, where, skip=skip, label=name)
+        check_option_types(obj, opts, where)
     if L.recompose != "none":
         rc = registry.get("recompose", L.recompose).obj
         opts = {k: v for k, v in L.recompose_options.items() if k not in ("advantage", "advantage_options")}
@@ -154,3 +189,211 @@ def validate(cfg: Config) -> None:
                                skip=4 if isinstance(rc, type) else 3, label=L.recompose)
     elif L.recompose_options:
         raise ValueError("learner.recompose_options: set, but learner.recompose is 'none'")
+
+
+def check_imported_kinds(cfg: Config) -> None:
+    """A component named by import path ('module:Attr') is built with the config's options, so it must be
+    what its kind expects before anything calls it: a planner is a Component subclass, a task a class with
+    train_pool/heldout/verify. `--planner os:system` or `--task subprocess:Popen` with options that name a
+    command is then refused instead of run. (Naming a module still imports it: a config file names code.)"""
+    from ..control.base import Component
+    from ..core import registry
+
+    for name in (n.strip() for n in cfg.planner.split("+")):
+        if ":" in name:
+            obj = registry.get("planner", name).obj
+            if not (isinstance(obj, type) and issubclass(obj, Component)):
+                raise ValueError(f"planner {name!r} is not a planner component (a subclass of "
+                                 "rollwise.control.base.Component)")
+    if ":" in cfg.task:
+        obj = registry.get("task", cfg.task).obj
+        if not (isinstance(obj, type) and all(hasattr(obj, m) for m in ("train_pool", "heldout", "verify"))):
+            raise ValueError(f"task {cfg.task!r} is not a task (a class with train_pool, heldout and verify)")
+
+
+# ---- types and ranges of every field ---------------------------------------------------------------
+
+# Estimators that compare the rollouts of a group: with n = 1 every advantage would be 0.
+GROUP_ESTIMATORS = {"grpo", "dr-grpo", "rloo", "gpg", "reinforce++-baseline", "mc-grpo", "gapo", "ktae", "gd2po"}
+SINGLE_ESTIMATORS = {"reinforce++", "pvpo", "mssr"}
+
+
+def _finite_ge0(v):
+    return math.isfinite(v) and v >= 0
+
+
+def _finite_gt0(v):
+    return math.isfinite(v) and v > 0
+
+
+# field -> (test, the requirement in words); types come from the dataclasses' annotations
+RANGES: dict[str, tuple] = {
+    "steps": (lambda v: v >= 1, ">= 1"),
+    "batch_size": (lambda v: v >= 1, ">= 1"),
+    "n": (lambda v: v >= 1, ">= 1"),
+    "temperature": (_finite_ge0, "a finite number >= 0"),
+    "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"),
+    "max_new_tokens": (lambda v: v >= 1, ">= 1"),
+    "seed": (lambda v: 0 <= v < 2 ** 63, "in [0, 2**63)"),
+    "budget_tokens": (lambda v: v >= 0, ">= 0 (0 = no limit)"),
+    "eval_every": (lambda v: v >= 0, ">= 0 (0 = off)"),
+    "eval_every_tokens": (lambda v: v >= 0, ">= 0 (0 = off)"),
+    "eval_size": (lambda v: v >= 0, ">= 0 (0 = all)"),
+    "eval_k": (lambda v: v >= 0, ">= 0 (0 = off)"),
+    "eval_samples": (lambda v: v >= 0, ">= 0"),
+    "checkpoint_every": (lambda v: v >= 1, ">= 1"),
+    "reward_timeout_s": (_finite_gt0, "a finite number > 0"),
+    "reward_memory_mb": (lambda v: v == 0 or v >= 64, "0 (no limit) or >= 64"),
+    "max_skipped_steps": (lambda v: v >= 1, ">= 1"),
+    "learner.lr": (_finite_gt0, "a finite number > 0"),
+    "learner.weight_decay": (_finite_ge0, "a finite number >= 0"),
+    "learner.betas": (lambda v: len(v) == 2 and all(0 <= b < 1 for b in v), "two numbers in [0, 1)"),
+    "learner.grad_clip": (lambda v: v > 0, "> 0 (inf = no clipping)"),
+    "learner.minibatches": (lambda v: v >= 1, ">= 1"),
+    "learner.epochs": (lambda v: v >= 1, ">= 1"),
+    "learner.micro_batch_rows": (lambda v: v >= 1, ">= 1"),
+    "learner.kl_coef": (_finite_ge0, "a finite number >= 0"),
+    "warmstart.steps": (lambda v: v >= 1, ">= 1"),
+    "warmstart.batch_size": (lambda v: v >= 1, ">= 1"),
+    "warmstart.lr": (_finite_gt0, "a finite number > 0"),
+    "warmstart.warmup": (lambda v: v >= 1, ">= 1"),
+    "warmstart.seed": (lambda v: 0 <= v < 2 ** 63, "in [0, 2**63)"),
+    "warmstart.n_layer": (lambda v: v >= 1, ">= 1"),
+    "warmstart.n_head": (lambda v: v >= 1, ">= 1"),
+    "warmstart.n_embd": (lambda v: v >= 1, ">= 1"),
+    "warmstart.block_size": (lambda v: v >= 2, ">= 2"),
+}
+
+
+def check_fields(cfg: Config) -> None:
+    """The type of every field (from its annotation; an integral float such as 4e4 for an integer field
+    becomes that integer) and the range of those in RANGES, each failure one error naming the field:
+    `batch_size must be >= 1, got 0`."""
+    for obj, prefix in ((cfg, ""), (cfg.learner, "learner."), (cfg.warmstart, "warmstart.")):
+        hints = typing.get_type_hints(type(obj))
+        for f in dataclasses.fields(obj):
+            name, value = prefix + f.name, getattr(obj, f.name)
+            hint = hints.get(f.name)
+            if dataclasses.is_dataclass(hint):
+                if not isinstance(value, hint):
+                    raise ValueError(f"{name} must be a mapping of its fields, got {value!r}")
+                continue
+            value = conform(value, hint, name)
+            setattr(obj, f.name, value)
+            test = RANGES.get(name)
+            if test is not None and value is not None and not test[0](value):
+                raise ValueError(f"{name} must be {test[1]}, got {value!r}")
+    if not cfg.out.strip():
+        raise ValueError("out must name a directory, got an empty string (use --out DIR; '.' for the current one)")
+    for name in ("model", "reward"):
+        if getattr(cfg, name) is not None and not getattr(cfg, name).strip():
+            raise ValueError(f"{name} must not be an empty string")
+    if cfg.reward is not None:
+        module, _, attr = cfg.reward.partition(":")
+        if not module.strip() or not attr.strip():
+            raise ValueError(f"reward must be 'module:function', got {cfg.reward!r}")
+    if cfg.eval_samples and not cfg.eval_k:
+        raise ValueError(f"eval_samples is {cfg.eval_samples} but eval_k is 0: set eval_k (pass@k) too, or leave "
+                         "eval_samples at 0")
+    if cfg.eval_k and cfg.eval_samples and cfg.eval_samples < cfg.eval_k:
+        raise ValueError(f"eval_samples must be >= eval_k ({cfg.eval_k}), got {cfg.eval_samples}")
+    ws = cfg.warmstart
+    if ws.n_embd % ws.n_head:
+        raise ValueError(f"warmstart.n_embd must be a multiple of warmstart.n_head ({ws.n_head}), got {ws.n_embd}")
+    from ..learn.losses import KL_ESTIMATORS
+
+    if cfg.learner.kl_estimator not in KL_ESTIMATORS:
+        raise ValueError(f"learner.kl_estimator must be one of {', '.join(KL_ESTIMATORS)}, "
+                         f"got {cfg.learner.kl_estimator!r}")
+
+
+def conform(value, hint, name: str):
+    """`value` checked against the type `hint` (int, float, bool, str, dict, list, tuple, unions with
+    None); returns it, an integral float for an int converted. Hints it does not know pass unchecked."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for a in (a for a in args if a is not type(None)):
+            try:
+                return conform(value, a, name)
+            except ValueError as e:
+                errors.append(str(e))
+        raise ValueError(errors[0] if len(errors) == 1 else f"{name} has the wrong type: got {value!r}")
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ValueError(f"{name} must be true or false, got {value!r}")
+        return value
+    if hint is int:
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{name} must be an integer, got {value!r}")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"{name} must be a number, got {value!r}")
+        return value
+    if hint is str:
+        if not isinstance(value, str):
+            raise ValueError(f"{name} must be a string, got {value!r}")
+        return value
+    if hint is dict or origin is dict:
+        if not isinstance(value, dict):
+            raise ValueError(f"{name} must be a mapping, got {value!r}")
+        return value
+    if origin in (tuple, list) or hint in (tuple, list):
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"{name} must be a list, got {value!r}")
+        if origin is tuple and args and args[-1] is not Ellipsis:  # tuple[float, float]: a fixed length
+            if len(value) != len(args):
+                raise ValueError(f"{name} must have {len(args)} items, got {value!r}")
+            return type(value)(conform(v, a, f"{name}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
+        if args:
+            return type(value)(conform(v, args[0], f"{name}[{i}]") for i, v in enumerate(value))
+        return value
+    return value
+
+
+def check_option_types(obj, options: dict, where: str) -> None:
+    """Each option's value against the annotation of the parameter it sets (a component's constructor or
+    function), converted in place like check_fields does; parameters without a usable annotation pass."""
+    if not isinstance(options, dict) or not options:
+        return
+    hints = {}
+    for target in ((obj, getattr(obj, "__init__", None)) if isinstance(obj, type) else (obj,)):
+        try:
+            hints.update(typing.get_type_hints(target))
+        except Exception:  # noqa: BLE001 - an annotation that does not resolve is not checked
+            pass
+    for key, value in list(options.items()):
+        if key in hints and not isinstance(value, dict):
+            options[key] = conform(value, hints[key], f"{where}.{key}")
+
+
+# ---- what a resume may change -----------------------------------------------------------------------
+
+# Fields a resumed run may change: where it stops, how often it evaluates and checkpoints, and where the
+# run lives. None of them changes what a step computes. Any other change needs allow_config_change.
+RESUME_MAY_CHANGE = ("out", "steps", "budget_tokens", "eval_every", "eval_every_tokens", "checkpoint_every")
+
+
+def flat(d: dict, prefix: str = "") -> dict:
+    """{"learner": {"lr": x}} -> {"learner.lr": x}, values normalised as JSON writes them."""
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and k in ("learner", "warmstart"):
+            out.update(flat(v, f"{prefix}{k}."))
+        else:
+            out[prefix + k] = json.loads(json.dumps(v, default=str))
+    return out
+
+
+def config_changes(recorded: dict, cfg: Config) -> dict[str, tuple]:
+    """{field: (recorded value, new value)} for every field a resume may not change. A field the record
+    lacks (added to Config since) counts as its default; one Config no longer has is ignored."""
+    new = flat(cfg.to_dict())
+    old = {**flat(Config().to_dict()), **{k: v for k, v in flat(recorded).items() if k in new}}
+    return {k: (old.get(k), new.get(k)) for k in sorted(new)
+            if k not in RESUME_MAY_CHANGE and old.get(k) != new.get(k)}

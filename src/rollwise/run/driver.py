@@ -20,11 +20,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..control.base import Assembled, Planner, StepContext
+from ..control.base import Assembled, Planner, StepContext, Wave
 from ..core.history import PromptHistory
 from ..core.ledger import Ledger
 from ..core.types import Batch, Group, Request
-from ..generate.engine import run_sync
+from ..generate.engine import Finished, run_sync
 
 
 NOT_TRAINED = {"train": "discarded", "pilot": "scored", "profile": "scored", "oracle": "scored", "eval": "scored"}
@@ -45,27 +45,64 @@ class StepOutcome:
 
 class StepDriver:
     def __init__(self, engine, ledger: Ledger, history: PromptHistory | None, scorer=None, policy=None,
-                 staleness: bool = True):
+                 staleness: bool = True, poll_steps: int = 4):
         self.engine, self.ledger, self.history, self.scorer, self.policy = engine, ledger, history, scorer, policy
         self.measure_staleness = staleness  # the simulator, which reports no staleness, skips the pass
+        self.poll_steps = poll_steps  # decode steps between checks of a wave that may stop early
         self._next_id = 0
         self._generated: list[Group] = []
 
     # ---- Generate (+ score) ---------------------------------------------------------------
-    def generate(self, requests: list[Request]) -> list[Group]:
-        """Run requests synchronously; charge them to the ledger; score them. One Group per Request."""
+    def generate(self, requests) -> list[Group]:
+        """Run requests (a list, or a Wave that may stop early); charge them to the ledger; score the
+        finished rows. One Group per Request, in order."""
+        wave = requests if isinstance(requests, Wave) else None
+        requests = wave.requests if wave is not None else requests
         for i, r in enumerate(requests, self._next_id):
             r.id = i
         self._next_id += len(requests)
         with self.ledger.timer("generate"):
-            events = run_sync(self.engine, requests)
-        groups = [e.group for e in events]
+            if wave is None or wave.enough is None:
+                events = run_sync(self.engine, requests)
+                groups = [e.group for e in events]
+                self._score(groups)
+            else:
+                events = self._until_enough(requests, wave.enough)
+                groups = [e.group for e in events]
         self.ledger.charge(groups, sum(e.prompt_tokens for e in events))
-        if self.scorer is not None:
-            with self.ledger.timer("reward"):
-                self.scorer.score(groups)
         self._generated += groups
         return groups
+
+    def _score(self, groups: list[Group]) -> None:
+        if self.scorer is None:
+            return
+        with self.ledger.timer("reward"):
+            if all(getattr(r, "status", "done") == "done" for g in groups for r in g.rollouts):
+                self.scorer.score(groups)
+            else:  # partial rows have no answer yet: their reward comes when they finish
+                self.scorer.score([Group(g.prompt, [r for r in g.rollouts if r.status == "done"]) for g in groups])
+
+    def _until_enough(self, requests: list[Request], enough) -> list[Finished]:
+        """Poll a few decode steps at a time; once `enough` of the finished requests are in, abort the
+        rest (APRIL): their partial rows come back with their tokens and log-probs."""
+        eng = self.engine
+        eng.submit(requests)
+        index = {r.id: i for i, r in enumerate(requests)}
+        done: dict[int, Finished] = {}
+        finished: dict[int, Group] = {}
+        while len(done) < len(requests):
+            events = [e for e in eng.poll(max_steps=self.poll_steps) if isinstance(e, Finished)]
+            if not events and not eng.pending:
+                raise RuntimeError(f"engine {type(eng).__name__} stopped with requests unanswered")
+            self._score([e.group for e in events])
+            for e in events:
+                done[e.request.id] = e
+                finished[index[e.request.id]] = e.group
+            if len(done) < len(requests) and enough(finished):
+                rest = [r.id for r in requests if r.id not in done]
+                for e in eng.abort(rest):
+                    done[e.request.id] = e
+        return [done[r.id] for r in requests]
 
     def prompt_stats(self, texts: list[str]):
         """The policy's prefill-only prompt statistics (HIVE, DOTS), their prompt tokens charged."""
@@ -78,9 +115,22 @@ class StepDriver:
 
     # ---- one step ---------------------------------------------------------------------------
     def run_step(self, planner: Planner, ctx: StepContext, learner) -> StepOutcome:
+        """One synchronous step: collect (Control, Generate, Filter, Replay), learn, observe."""
+        out = self.collect(planner, ctx, learner.version)
+        with self.ledger.timer("learn"):
+            out.stats = learner.update(out.batch)
+        planner.observe(out.batch, ctx)
+        self.engine.update_weights(learner.version)
+        return out
+
+    def collect(self, planner: Planner, ctx: StepContext, version: int) -> StepOutcome:
+        """Everything of a step before the update: run the planner's coroutine against the engine,
+        settle fates, record the history. `version` is the policy version that will train the batch
+        (staleness is measured against it). The asynchronous loop calls this ahead of the learner."""
         self._generated = []
         if self.policy is not None and ctx.prompt_stats is None and hasattr(self.policy, "prompt_stats"):
             ctx.prompt_stats = self.prompt_stats
+        planner.version = version
         plan = planner.plan(ctx)
         try:
             requests = next(plan)
@@ -88,29 +138,31 @@ class StepDriver:
                 requests = plan.send(self.generate(requests))
         except StopIteration as stop:
             assembled: Assembled = stop.value
-        self.settle(assembled.batch)
+        self.settle(assembled, ctx, partial=planner.partial)
         out = StepOutcome(assembled, self._generated)
         if self.history is not None:
             out.persist = self.history.zero_variance_persistence(ctx.groups.values())  # before recording
             self.history.record(ctx.groups.values(), ctx.step)
         if self.measure_staleness:
-            out.staleness = staleness(assembled.batch, learner.version)
-        with self.ledger.timer("learn"):
-            out.stats = learner.update(assembled.batch)
-        planner.observe(assembled.batch, ctx)
-        self.engine.update_weights(learner.version)
+            out.staleness = staleness(assembled.batch, version)
         return out
 
-    def settle(self, batch: Batch) -> None:
+    def settle(self, assembled: Assembled, ctx: StepContext, partial: bool = False) -> None:
         """Fates of this step's rollouts: in the batch -> trained; otherwise train rollouts ->
         discarded and measurements (pilot, profile, oracle) -> scored. Only rollouts charged this step
         are "open"; rollouts of earlier steps in the batch (reused, replayed, committed pilots) keep
         their fate and count as reused tokens."""
-        led = self.ledger
-        trained_now = led.settle(batch.groups, "open", "trained")
+        led, batch = self.ledger, assembled.batch
+        # partial rollouts: rows of groups still out wait as carried; rows too stale to resume are aborted
+        led.settle(assembled.carried, "open", "carried")
+        led.settle(assembled.dropped, "carried", "aborted")
+        trained_now = led.settle(batch.groups, "open", "trained") + led.settle(batch.groups, "carried", "trained")
         led.reused_tokens += sum(g.tokens for g in batch.groups) - trained_now
         in_batch = {id(g) for g in batch.groups}  # trained whole: nothing of theirs is left open
         led.settle([g for g in self._generated if id(g) not in in_batch], "open", NOT_TRAINED)
+        if partial:  # a resumed group that finished and was filtered out: its carried rows were discarded
+            led.settle([g for g in list(ctx.groups.values()) + assembled.final if id(g) not in in_batch],
+                       "carried", {"train": "discarded"})
         if led.count_rollouts(fate="open"):
             raise RuntimeError("a planner dropped rollouts from a group in place, so their tokens cannot be "
                                "settled; return a new Group from finish() instead of editing one")

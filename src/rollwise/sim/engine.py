@@ -140,7 +140,7 @@ class SimGroup(Group):
             if fate is None:
                 continue
             seg[5] = fate
-            key = (seg[3], "decoded", fate)
+            key = (seg[3], "decoded", frm, fate)
             c = acc.get(key)
             if c is None:
                 acc[key] = [seg[2] - seg[1], seg[4]]

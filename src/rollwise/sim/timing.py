@@ -107,3 +107,73 @@ class TimingModel:
 
     def learn_seconds(self, learner_tokens: int) -> float:
         return self.cfg.learn_s_per_token * learner_tokens / self.cfg.engines
+
+
+# ---- asynchronous and partial rollouts at scale ---------------------------------------------------
+# A step-level model of the three ways to run a GRPO step, over the same per-row lengths. [INF] It keeps
+# the round model's cost terms (iter_s per decode iteration, token_s per token) and adds two assumptions
+# the papers state for their own systems:
+#   * partial rollouts (APRIL): (1 + over) * B groups start together on continuous-batching slots; the
+#     round stops at the iteration where the B-th group completes; every row then unfinished keeps its
+#     tokens and finishes in the next step (nothing is thrown away), so in steady state a step pays the
+#     iterations up to that quantile instead of the longest row's;
+#   * asynchronous generation (AReaL): generation and training run on disjoint devices, generation never
+#     waits for a batch barrier (slots are refilled as rows finish, within the staleness bound), so a
+#     step costs max(generation at full slot occupancy, training) instead of their sum at the makespan.
+# Weight synchronisation and the learner's extra importance-weight work are not modelled (both small
+# at this scale in AReaL's profile), nor is the gain or loss in accuracy per token: this says what
+# the same settings do to wall time, not to learning.
+
+def sync_step_seconds(lengths_GN: np.ndarray, cfg: TimingConfig) -> float:
+    """verl-style synchronous step on `cfg.engines` devices: one generation round (its slowest engine
+    sets the time) then training on the same devices."""
+    L = lengths_GN.reshape(-1)
+    model = TimingModel(cfg)
+    return model.round(L, np.zeros(len(L)), np.zeros(len(L))).seconds + model.learn_seconds(int(L.sum()))
+
+
+def april_round(remaining_GN: np.ndarray, need: int, cfg: TimingConfig):
+    """One APRIL round over groups [G, n] of remaining row lengths, all started together: it stops at
+    the iteration where the `need`-th group completes (a group completes with its longest row).
+    -> (generation seconds, mask of the groups complete, remaining lengths after the round)."""
+    L = remaining_GN.astype(np.float64)
+    done_at = L.max(axis=1)
+    t_stop = np.sort(done_at)[min(need, len(done_at)) - 1]
+    decoded = np.minimum(L, t_stop).sum()
+    seconds = cfg.iter_s * t_stop + cfg.token_s * decoded / cfg.engines
+    return seconds, done_at <= t_stop, np.maximum(L - t_stop, 0)
+
+
+def april_steady_state(draw, batch: int, overprovision: float, cfg: TimingConfig, steps: int = 50) -> dict:
+    """APRIL over `steps` steps: each round runs the carried groups first, then fresh ones from
+    `draw(k) -> lengths [k, n]` up to (1 + overprovision) * batch; `batch` complete groups train (the
+    rest stay carried, their decoded tokens kept). -> mean step seconds and trained tokens per step."""
+    carried_full, carried_rest = np.zeros((0, 0)), np.zeros((0, 0))
+    total_s, trained = 0.0, 0.0
+    for _ in range(steps):
+        k = max(int(np.ceil(batch * (1 + overprovision))) - len(carried_full), 0)
+        fresh = draw(k)
+        full = fresh if not len(carried_full) else np.vstack([carried_full, fresh])
+        rest = fresh if not len(carried_rest) else np.vstack([carried_rest, fresh])
+        gen_s, complete, left = april_round(rest, batch, cfg)
+        take = np.flatnonzero(complete)[:batch]
+        keep = np.setdiff1d(np.arange(len(full)), take)
+        tokens = full[take].sum()
+        total_s += gen_s + cfg.learn_s_per_token * tokens / cfg.engines
+        trained += tokens
+        carried_full, carried_rest = full[keep], left[keep]
+    return {"step_s": total_s / steps, "tokens_per_step": trained / steps}
+
+
+def async_step_seconds(tokens_per_step: float, rows_per_step: int, cfg: TimingConfig,
+                       gen_share: float = 0.75) -> float:
+    """AReaL-style step in steady state: generation on gen_share of the devices with its slots kept
+    full (a slot-iteration decodes one token; rows are refilled as they finish, within the staleness
+    bound), training on the rest; the slower of the two sets the pace."""
+    e_gen = max(1, int(round(cfg.engines * gen_share)))
+    e_train = max(1, cfg.engines - e_gen)
+    slots = min(cfg.concurrency, max(1, rows_per_step // e_gen))
+    per_iter = cfg.iter_s + cfg.token_s * slots
+    gen_s = tokens_per_step / (e_gen * slots) * per_iter
+    learn_s = cfg.learn_s_per_token * tokens_per_step / e_train
+    return max(gen_s, learn_s)

@@ -17,34 +17,34 @@ is an error.
 Correctness with components: the component named `correct_part` ("correct" by default) >= 1; without
 such a component, the weighted sum >= 1 (with the mean: every component at its maximum of 1).
 
-A user reward function (`--reward module:function`) runs in a worker thread with a timeout: if it
-raises, hangs or returns something that is not a number or a mapping of numbers, that rollout gets
-reward 0 and all components 0 (when their names are not known yet, `score` fills the zeros once a
-later rollout of the same call fixes them), the error is counted, and the run goes on. (A hung thread cannot be killed in Python; it is abandoned and a fresh worker takes over.) The
-task's own verifier is trusted and called inline; its errors propagate.
+A user reward function (`--reward module:function`) runs in a separate worker process
+(`RewardWorker`), never in the trainer: it is called on a group's rollouts at once, with a timeout for the
+whole call and a memory limit (RLIMIT_AS). If it raises, calls sys.exit, returns a non-finite number or
+something that is not a number or a mapping of numbers, that rollout scores 0 and the worker goes on. If
+it hangs, spins, exits the process (os._exit) or crashes, the worker is killed and replaced, and the
+rollouts of that call it had not scored yet score 0. Either way every failed rollout counts in `errors`
+with all components 0 (when their names are not known yet, `score` fills the zeros once a later rollout
+of the same call fixes them), and the run goes on. The task's own verifier is trusted and called inline;
+its errors propagate, a non-finite reward from it included.
 """
 from __future__ import annotations
 
-import importlib
+import json
+import math
+import os
+import select
+import subprocess
+import sys
+import time
+import weakref
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 from ..core.types import Group, Rollout
 
 RewardFn = Callable[[str, str], "float | Mapping[str, float]"]
-
-
-def load_reward_fn(spec: str) -> RewardFn:
-    module, _, attr = spec.partition(":")
-    if not attr:
-        raise ValueError(f"reward {spec!r}: expected 'module:function'")
-    fn = getattr(importlib.import_module(module), attr, None)
-    if not callable(fn):
-        raise ValueError(f"reward {spec!r}: {attr!r} is not a callable in module {module!r}")
-    return fn
 
 
 def declared_weights(fn) -> dict[str, float] | None:
@@ -64,35 +64,64 @@ class Score:
     parts: tuple[float, ...] | None = None  # components in Scorer.part_names order; None for a scalar reward
 
 
+class RewardError(Exception):
+    """A user reward function failed on one rollout (raised, timed out, exited, returned garbage)."""
+
+
 class Scorer:
-    def __init__(self, fn: RewardFn, trusted: bool = True, timeout_s: float = 5.0,
-                 weights: Mapping[str, float] | None = None, correct_part: str = "correct"):
+    """Scores responses with `fn(response, answer)`. Trusted (the task's verifier): `fn` is a callable
+    called inline. Untrusted (a user's reward): `fn` is its 'module:function' spec and runs in a
+    `RewardWorker` process; `timeout_s` bounds one call (a group's rollouts, or a chunk of evaluation
+    prompts) and `memory_mb` the worker's address space (0: no limit)."""
+
+    def __init__(self, fn: RewardFn | str, trusted: bool = True, timeout_s: float = 5.0,
+                 weights: Mapping[str, float] | None = None, correct_part: str = "correct", memory_mb: int = 0):
         self.fn, self.trusted, self.timeout_s = fn, trusted, timeout_s
-        self.weights = {str(k): float(v) for k, v in weights.items()} if weights else declared_weights(fn)
+        self.worker = None
+        if not trusted:
+            if not isinstance(fn, str):
+                raise TypeError("an untrusted reward runs in a worker process, so it is named 'module:function', "
+                                f"got {fn!r}")
+            self.worker = RewardWorker(fn, timeout_s, memory_mb)
+        declared = self.worker.weights if self.worker is not None else declared_weights(fn)
+        self.weights = {str(k): float(v) for k, v in weights.items()} if weights else declared
         self.part_names: tuple[str, ...] | None = tuple(self.weights) if self.weights else None
         self.correct_part = correct_part
         self.errors = 0  # rollouts whose reward function raised, timed out or returned garbage
-        self._pool = None if trusted else ThreadPoolExecutor(max_workers=1)
+        self.scored = 0  # rollouts scored, failed ones included
+        self.last_error: str | None = None
 
     def judge(self, response: str, answer: str) -> Score:
         """Reward, correctness and components of one response."""
-        try:
-            value = self._coerce(self._call(response, answer))
-        except Exception:  # noqa: BLE001 - any failure of user code is a zero reward, not a crash
-            if self.trusted:
-                raise
-            self.errors += 1
-            return Score(0.0, False, None if self.part_names is None else (0.0,) * len(self.part_names))
-        return self._combine(value)
+        return self.judge_many([(response, answer)])[0]
+
+    def judge_many(self, pairs: list[tuple[str, str]]) -> list[Score]:
+        """Scores of (response, answer) pairs: for a user reward, one call to its worker."""
+        if self.trusted:
+            self.scored += len(pairs)
+            return [self._combine(self._coerce(self.fn(r, a))) for r, a in pairs]
+        out = []
+        for ok, raw in self.worker.call(pairs) if pairs else []:
+            self.scored += 1
+            try:
+                if not ok:
+                    raise RewardError(raw)
+                out.append(self._combine(self._coerce(raw)))
+            except Exception as e:  # noqa: BLE001 - any failure of user code is a zero reward, not a crash
+                self.errors += 1
+                self.last_error = str(e)
+                out.append(Score(0.0, False, None if self.part_names is None else (0.0,) * len(self.part_names)))
+        return out
 
     def reward(self, response: str, answer: str) -> float:
         return self.judge(response, answer).reward
 
     def score(self, groups: list[Group]) -> None:
+        """Score every rollout: one worker call per group for a user reward."""
         rollouts = [r for g in groups for r in g.rollouts]
         for g in groups:
-            for r in g.rollouts:
-                self.score_one(r, g.prompt.answer)
+            for r, s in zip(g.rollouts, self.judge_many([(r.text, g.prompt.answer) for r in g.rollouts])):
+                r.reward, r.correct, r.reward_parts = s.reward, s.correct, s.parts
         if self.part_names is not None:  # failures scored before the first mapping fixed the names
             for r in rollouts:
                 if r.reward_parts is None:
@@ -102,25 +131,20 @@ class Scorer:
         s = self.judge(r.text, answer)
         r.reward, r.correct, r.reward_parts = s.reward, s.correct, s.parts
 
-    # ---- internals --------------------------------------------------------------------------
-    def _call(self, response: str, answer: str):
-        if self.trusted:
-            return self.fn(response, answer)
-        fut = self._pool.submit(self.fn, response, answer)
-        try:
-            return fut.result(timeout=self.timeout_s)
-        except FutureTimeout:
-            self._pool.shutdown(wait=False, cancel_futures=True)  # abandon the hung worker
-            self._pool = ThreadPoolExecutor(max_workers=1)
-            raise
+    def close(self) -> None:
+        """Stop the worker process (a later call starts a fresh one)."""
+        if self.worker is not None:
+            self.worker.close()
 
+    # ---- internals --------------------------------------------------------------------------
     def _coerce(self, raw) -> float | tuple[float, ...]:
-        """A float, or the components as floats in part_names order (fixing the names on first use)."""
+        """A float, or the components as floats in part_names order (fixing the names on first use).
+        A non-finite value is the reward function's error: it would poison every advantage of its group."""
         if not isinstance(raw, Mapping):
             if self.part_names is not None:
                 raise ValueError(f"reward function returned {raw!r}, expected components {self.part_names}")
-            return float(raw)
-        parts = {str(k): float(v) for k, v in raw.items()}
+            return _finite(float(raw), "reward")
+        parts = {str(k): _finite(float(v), f"reward component {k!r}") for k, v in raw.items()}
         if not parts:
             raise ValueError("reward function returned no components")
         if self.part_names is None:
@@ -139,3 +163,113 @@ class Scorer:
             reward = sum(value) / len(value)
         correct = value[names.index(self.correct_part)] >= 1.0 if self.correct_part in names else reward >= 1.0
         return Score(reward, correct, value)
+
+
+def _finite(x: float, what: str) -> float:
+    if not math.isfinite(x):
+        raise ValueError(f"reward function returned a non-finite {what} ({x})")
+    return x
+
+
+WORKER_SCRIPT = Path(__file__).with_name("_reward_worker.py")
+_TIMEOUT, _EOF = object(), object()
+
+
+class RewardWorker:
+    """A user reward function in its own process (`_reward_worker.py`), so that nothing it does can stop,
+    block or starve the trainer. `call(pairs)` scores pairs in one request with one deadline; a worker
+    that misses it, exits or crashes is killed and replaced by a fresh one at the next call.
+
+    Starting it imports the function: a bad spec or a module that fails to import is a ValueError here,
+    before any training."""
+
+    START_TIMEOUT_S = 60.0  # importing the user's module (it may import torch) on a busy machine
+
+    def __init__(self, spec: str, timeout_s: float, memory_mb: int = 0):
+        module, _, attr = spec.partition(":")
+        if not module or not attr:
+            raise ValueError(f"reward {spec!r}: expected 'module:function'")
+        self.spec, self.timeout_s, self.memory_mb = spec, float(timeout_s), int(memory_mb)
+        self.proc: subprocess.Popen | None = None
+        self.replaced = 0  # workers killed or lost after a timeout, an exit or a crash
+        self.weights = self._start()
+
+    def _start(self) -> dict | None:
+        proc = subprocess.Popen([sys.executable, str(WORKER_SCRIPT)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                bufsize=0, close_fds=True)
+        weakref.finalize(self, _kill, proc)  # never outlives the trainer's objects
+        self.proc, self._buf = proc, b""
+        init = {"spec": self.spec, "path": [os.path.abspath(p) if p else os.getcwd() for p in sys.path],
+                "memory_mb": self.memory_mb}
+        line = _EOF
+        try:
+            proc.stdin.write((json.dumps(init) + "\n").encode())
+            line = self._readline(time.monotonic() + max(self.START_TIMEOUT_S, self.timeout_s))
+        except BrokenPipeError:
+            pass
+        if line is _TIMEOUT or line is _EOF:
+            _kill(proc)
+            how = "did not start in time" if line is _TIMEOUT else f"exited at start (code {proc.returncode})"
+            raise ValueError(f"reward {self.spec!r}: the reward worker {how}")
+        msg = json.loads(line)
+        if "error" in msg:
+            _kill(proc)
+            raise ValueError(f"reward {self.spec!r}: {msg['error']}")
+        return msg.get("weights")
+
+    def call(self, pairs: list[tuple[str, str]]) -> list[tuple[bool, object]]:
+        """[(True, value or {name: value}) | (False, error message)] for each pair, in order."""
+        if self.proc is None or self.proc.poll() is not None:
+            self._start()
+        out: list[tuple[bool, object]] = []
+        deadline = time.monotonic() + self.timeout_s
+        try:
+            self.proc.stdin.write((json.dumps({"items": [[r, a] for r, a in pairs]}) + "\n").encode())
+        except BrokenPipeError:
+            pass  # it died between calls: read the EOF below
+        while len(out) < len(pairs):
+            line = self._readline(deadline)
+            if line is _TIMEOUT or line is _EOF:
+                _kill(self.proc)
+                why = (f"the call timed out after {self.timeout_s:g}s" if line is _TIMEOUT
+                       else f"the reward worker exited (code {self.proc.returncode})")
+                out += [(False, f"{why}; the worker was replaced")] * (len(pairs) - len(out))
+                self.proc = None
+                self.replaced += 1
+                break
+            msg = json.loads(line)
+            if "error" in msg:
+                out.append((False, msg["error"]))
+            else:
+                out.append((True, msg["parts"] if "parts" in msg else msg["value"]))
+        return out
+
+    def _readline(self, deadline: float):
+        """The next line from the worker, _TIMEOUT past the deadline, or _EOF if it is gone."""
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self._buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return _TIMEOUT
+            ready, _, _ = select.select([fd], [], [], left)
+            if ready:
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    return _EOF
+                self._buf += chunk
+        line, _, self._buf = self._buf.partition(b"\n")
+        return line.decode("utf-8")
+
+    def close(self) -> None:
+        if self.proc is not None:
+            _kill(self.proc)
+            self.proc = None
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+    for f in (proc.stdin, proc.stdout):
+        if f is not None:
+            f.close()

@@ -80,10 +80,15 @@ class ShapedScorer:
     def judge(self, response: str, answer: str):
         return self.scorer.judge(response, answer)
 
-    @property
-    def errors(self) -> int:
-        return self.scorer.errors
+    # Everything else (errors, scored, last_error, judge_many, close) is the wrapped scorer's, read and
+    # written through, so a resume that restores the counters restores them where they are counted.
+    def __getattr__(self, name):
+        if name in ("scorer", "shape"):
+            raise AttributeError(name)
+        return getattr(self.scorer, name)
 
-    @errors.setter
-    def errors(self, value: int) -> None:
-        self.scorer.errors = value
+    def __setattr__(self, name, value):
+        if name in ("scorer", "shape"):
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self.scorer, name, value)
