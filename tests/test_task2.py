@@ -47,6 +47,30 @@ def test_chain_is_deterministic_disjoint_and_its_traces_are_right():
     assert lengths[1] < 20 < lengths[4] < 60 < 140 < lengths[8] < 180
 
 
+class ScriptedRng:
+    """Stands in for numpy's Generator: integers() and random() return the scripted values in order."""
+
+    def __init__(self, ints, uniforms):
+        self.ints, self.uniforms = list(ints), list(uniforms)
+
+    def integers(self, low, high):
+        return self.ints.pop(0)
+
+    def random(self):
+        return self.uniforms.pop(0)
+
+
+def test_sample_chain_by_hand():
+    # start 5; -9 would go below 0, so it is flipped to +9 (14); +8 -> 22; -2 -> 20
+    rng = ScriptedRng([5, 9, 8, 2], [0.9, 0.1, 0.9])  # random() < 0.5 means "+"
+    assert sample_chain(rng, 3) == ("5a+9b+8c-2=", "a+9=14,b+8=22,c-2=20:20", "20")
+    # 9 then ten times +9 reaches 99; the next +7 would pass 99, so it is flipped to -7 (92)
+    rng = ScriptedRng([9] + [9] * 10 + [7], [0.1] * 11)
+    text, trace, ans = sample_chain(rng, 11)
+    assert text == "9" + "".join(f"{c}+9" for c in "abcdefghij") + "k-7="
+    assert trace.endswith("i+9=90,j+9=99,k-7=92:92") and ans == "92"
+
+
 def test_chain_verifier_reads_the_answer_after_the_last_colon():
     t = ChainTask(pool_size=10, heldout_size=10)
     assert t.verify("a+3=10,b-5=5:5", "5") == 1.0
