@@ -229,3 +229,19 @@ def test_sim_profile_chain_has_the_long_tail():
     pop = Population(2000, pop_cfg, seed=0)
     L = np.exp(pop.log_len)
     assert 20 < np.median(L) < 150 and np.percentile(L, 99) > 2.5 * np.median(L)
+
+
+def test_sim_cli_takes_a_profile_by_name():
+    import argparse
+
+    from rollwise.sim.cli import add_sim_parser, build_config
+    from rollwise.sim.runner import SimConfig
+
+    parser = argparse.ArgumentParser()
+    add_sim_parser(parser.add_subparsers(dest="cmd"))
+    cfg = build_config(parser.parse_args(["sim", "--profile", "chain", "--set", "population.max_len=100"]))
+    assert cfg.population.median_len == pytest.approx(51.71) and cfg.population.max_len == 100 and cfg.greedy_eval
+    plain = build_config(parser.parse_args(["sim"]))
+    assert plain.population == SimConfig().population and not plain.greedy_eval  # the default is unchanged
+    with pytest.raises(ValueError, match="unknown sim profile 'nope'"):
+        build_config(parser.parse_args(["sim", "--profile", "nope"]))
