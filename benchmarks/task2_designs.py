@@ -1,17 +1,15 @@
-"""Two scratchpad designs for embedded task 2, warm-started on the same small budget: what does the base
-learn? Results go to benchmarks/results/task2_designs/<design>.json.
+"""Scratchpad designs for embedded task 2, warm-started on the same budget: what does the base learn?
+Results go to benchmarks/results/task2_designs/<design>.json.
 
-    python benchmarks/task2_designs.py --design chain   [--steps 400] [--batch 32]
-    python benchmarks/task2_designs.py --design columns [--steps 400] [--batch 32]
+    python benchmarks/task2_designs.py --design chain [--levels 5] [--group] [--steps 400] [--batch 32]
+    python benchmarks/task2_designs.py --design chain --shipped --steps 1600 --save-every 200  # the shipped task
 
-- chain (the shipped task, `rollwise.tasks.chain`): a running total over 2-24 one-digit +/- operations,
-  one step per operation: "7+3-5=" -> "7+3=10,10-5=5:5".
-- columns: long addition of two n-digit numbers (n = 2..24, digits reversed as in the arithmetic task),
-  one step per column with its carry, then the reversed sum: "12+89=" (21 + 98) ->
-  "1+8+0=09,2+9+0=11:911" (each step writes carry and digit; the answer collects the digits).
-Both give traces of about 8-9 tokens per step over the same step counts, so they cost the same to
-train and sample; what differs is what a step needs (chain: the total just written and the next
-operand; columns: the i-th digit of two operands and the carry, and at the end every step's digit).
+Designs (a running total over 2-24 one-digit +/- operations, unless said):
+- chain (the shipped task, `rollwise.tasks.chain`): labelled operations, "7a+3b-5=" -> "a+3=10,b-5=5:5";
+- unlabelled: "7+3-5=" -> "7+3=10,10-5=5:5" (each step repeats the running total);
+- mod10: the labelled chain with totals modulo 10 (a one-digit state);
+- reduce: each step folds the first operation and copies the rest of the expression;
+- columns: long addition of two n-digit numbers, one step per column with its carry.
 
 Same model (TinyGPT, 4 layers, width 128, block 320), same SFT recipe (`supervised_warm_start`), same
 seeds. Reported: greedy held-out accuracy by level every `--eval-every` steps (10 prompts per level),

@@ -13,13 +13,13 @@ about 15 tokens at level 1 and 170 at level 8.
 
 Why this task: the Generate-side methods (partial and asynchronous rollouts, prefix reuse, mid-generation
 pruning) need responses of tens to hundreds of tokens whose length grows with difficulty. Every token of
-a step is a simple local operation (write the next label; copy the operation that follows that label in
-the prompt; add a digit to the total written one step before), so a 0.8M-parameter model learns the
-step in minutes; what makes long chains hard is doing it many times without a slip, so accuracy falls
-with length, and a model that slips can also lose its place and skip, repeat or run on. The labels make
-finding the next operand a lookup by content (without them the model must count steps to find it, and
-learned far less in the same budget; see benchmarks/task2_designs.py and docs/task2.md). The running
-total stays in 0..99 (an operation that would leave it is flipped).
+a step is a local operation: write the next label, copy the operation that follows that label in the
+prompt, add a digit to the total written one step before. What makes long chains hard is doing that
+many times without a slip, so accuracy falls with length. The labels make finding the next operand a
+lookup by content; without them the model must count steps. In 400 supervised steps no design learned
+(labelled or not; benchmarks/task2_designs.py). The shipped base needs 2400 steps and still adds
+imperfectly (docs/task2.md). The running total stays in 0..99: an operation that would leave that range
+is flipped.
 
 Everything is a pure function of (seed, sizes, level weights). The held-out set is drawn first (uniform
 levels); the train pool comes from another seed, disjoint from it by text.
