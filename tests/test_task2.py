@@ -245,3 +245,19 @@ def test_sim_cli_takes_a_profile_by_name():
     assert plain.population == SimConfig().population and not plain.greedy_eval  # the default is unchanged
     with pytest.raises(ValueError, match="unknown sim profile 'nope'"):
         build_config(parser.parse_args(["sim", "--profile", "nope"]))
+
+
+def test_task_profile_statistics_by_hand():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "task_profile.py"
+    spec = importlib.util.spec_from_file_location("task_profile", path)
+    tp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tp)
+    s = tp.pct([10, 20, 30, 40])
+    assert (s["count"], s["mean"], s["p50"], s["max"]) == (4, 25.0, 25.0, 40) and tp.pct([]) == {"count": 0}
+    groups = np.array([0, 0, 1, 1, 2, 2])
+    assert tp.icc(np.array([1.0, 1.0, 5.0, 5.0, 9.0, 9.0]), groups) == pytest.approx(1.0)  # all spread between
+    # between-group variance zero: the estimator goes negative (no within-prompt correlation)
+    assert tp.icc(np.array([1.0, 3.0, 1.0, 3.0, 1.0, 3.0]), groups) < 0
