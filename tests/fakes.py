@@ -60,6 +60,12 @@ class Engine:
     def abort(self, request_ids):
         return []
 
+    def peek(self, request_ids):  # in-flight control: every request finishes within one poll, so none runs
+        return {}
+
+    def stop(self, request_id, samples, reason):
+        raise ValueError(f"stop: request {request_id} is not running")
+
     def update_weights(self, version, state_dict=None):
         self.version = version
 
@@ -129,14 +135,16 @@ class ConstPolicy:
 
 
 class TokenEngine:
-    """A scripted engine that decodes token by token (the Engine protocol with partial rollouts): row j of
-    prompt x wants `length(x, j)` tokens; each poll step appends one token (its id is the step count, its
-    log-prob -0.1 * version - 0.01 * position, so tests can see which policy made which token). Rows stop at
-    their length (EOS), at max_tokens (length) or at a segment budget (partial); abort returns what each
-    row has. The j-th finished row of prompt x is correct iff floor((j+1) p) > floor(j p)."""
+    """A scripted engine that decodes token by token (the Engine protocol with partial rollouts and in-flight
+    control): row j of prompt x wants `length(x, j)` tokens; each poll step appends one token (its id is the
+    step count, or `script(x, j)[position]` when a script is given; its log-prob -0.1 * version - 0.01 *
+    position, so tests can see which policy made which token). Rows stop at their length (EOS), at max_tokens
+    (length) or at a segment budget (partial); abort returns what each row has; peek shows each running
+    row's tokens and stop ends single rows ("stop": done, "pruned"). The j-th finished row of prompt x is
+    correct iff floor((j+1) p) > floor(j p)."""
 
-    def __init__(self, lengths, rates=None, max_tokens=20):
-        self.lengths, self.rates, self.max_tokens = lengths, rates or {}, max_tokens
+    def __init__(self, lengths, rates=None, max_tokens=20, script=None):
+        self.lengths, self.rates, self.max_tokens, self.script = lengths, rates or {}, max_tokens, script
         self.version, self.queue, self.running, self.seen = 0, [], [], {}
         self.decoded = 0  # every token this engine produced: the ledger must match it
         self.submitted = []
@@ -151,8 +159,9 @@ class TokenEngine:
                 want = pre.meta["want"] if pre is not None else self.lengths(q.prompt.id, j)
                 budget = (q.sampling.max_tokens or self.max_tokens) - have
                 seg = q.sampling.segment_tokens
+                ids = self.script(q.prompt.id, j) if self.script is not None else None
                 rows.append({"toks": [], "lps": [], "want": want - have, "total": want, "budget": budget,
-                             "seg": seg if seg is not None else budget, "state": None})
+                             "seg": seg if seg is not None else budget, "state": None, "ids": ids})
             self.queue.append((q, rows))
 
     @property
@@ -168,7 +177,8 @@ class TokenEngine:
             for q, rows in self.running:
                 for r in rows:
                     if r["state"] is None:
-                        r["toks"].append(len(r["toks"]))
+                        k = len(r["toks"])
+                        r["toks"].append(r["ids"][k] if r["ids"] is not None and k < len(r["ids"]) else k)
                         r["lps"].append(-0.1 * self.version - 0.01 * len(r["toks"]))
                         self.decoded += 1
                         k = len(r["toks"])
@@ -195,6 +205,19 @@ class TokenEngine:
         self.queue = [(q, r) for q, r in self.queue if q.id not in ids]
         return out
 
+    def peek(self, request_ids):
+        ids = set(request_ids)
+        return {q.id: [None if r["state"] else torch.tensor(r["toks"], dtype=torch.long) for r in rows]
+                for q, rows in self.running if q.id in ids}
+
+    def stop(self, request_id, samples, reason):
+        assert reason in ("stop", "pruned"), reason
+        (rows,) = [rows for q, rows in self.running if q.id == request_id] or [None]
+        if rows is None:
+            raise ValueError(f"stop: request {request_id} is not running")
+        for j in samples:
+            rows[j]["state"] = rows[j]["state"] or reason
+
     def update_weights(self, version, state_dict=None):
         self.version = version
 
@@ -204,7 +227,8 @@ class TokenEngine:
         out = []
         for r in rows:
             state = r["state"]
-            status = {"eos": "done", "length": "done", "budget": "partial", "aborted": "aborted"}[state]
+            status = {"eos": "done", "length": "done", "stop": "done", "budget": "partial", "aborted": "aborted",
+                      "pruned": "pruned"}[state]
             toks, lps = torch.tensor(r["toks"], dtype=torch.long), torch.tensor(r["lps"])
             versions, meta, pre = None, {"want": r["total"]}, q.prefix
             if pre is not None:

@@ -18,7 +18,8 @@ from test_engine_policy import no_eos, tiny_policy
 
 N = 40
 RATES = {i: [0.0, 1.0, 0.5, 0.25, 0.125, 0.875, 1 / 3, 0.75][i % 8] for i in range(N)}
-PLANNERS = [e.name for e in registry.entries("planner")] + ["greso+ar3po", "prompt-replay+dapo", "cdas+dars"]
+PLANNERS = [e.name for e in registry.entries("planner")] + ["greso+ar3po", "prompt-replay+dapo", "cdas+dars",
+                                                             "ar3po+spec-rl"]
 
 
 def prompt_stats(texts):
@@ -27,10 +28,26 @@ def prompt_stats(texts):
     return 1.0 + (ids % 5) / 10.0, np.stack([np.cos(ids), np.sin(ids), (ids % 3) / 3.0], axis=1)
 
 
-def context(step=0, seed=0):
-    pool = [Prompt(i, f"q{i}", str(i)) for i in range(N)]
-    return StepContext(step, 6, 4, pool, PromptHistory(N), Ledger(), np.random.default_rng(seed),
-                       prompt_stats=prompt_stats)
+def score_drafts(ledger):
+    """A deterministic stand-in for the driver's verification pass (SPEC-RL): log-prob -0.3 at even
+    positions and -3 at odd ones, charged as the driver charges it."""
+    def score(prompt_ids, drafts_T, temperatures):
+        ledger.verified_tokens += sum(len(d) for d in drafts_T)
+        logp = [torch.tensor([-0.3 if j % 2 == 0 else -3.0 for j in range(len(d))]) for d in drafts_T]
+        return logp, [torch.ones(len(d)) for d in drafts_T], 0
+    return score
+
+
+def pool_size(spec):
+    """A drafting planner (SPEC-RL) gets a pool of one batch, so that every step revisits its prompts."""
+    return 6 if "spec-rl" in spec else N
+
+
+def context(step=0, seed=0, pool_n=N):
+    pool = [Prompt(i, f"q{i}", str(i)) for i in range(pool_n)]
+    ledger = Ledger()
+    return StepContext(step, 6, 4, pool, PromptHistory(pool_n), ledger, np.random.default_rng(seed),
+                       prompt_stats=prompt_stats, score_drafts=score_drafts(ledger))
 
 
 def steps(planner, ctx, engine, k):
@@ -45,16 +62,17 @@ def steps(planner, ctx, engine, k):
 
 @pytest.mark.parametrize("spec", PLANNERS)
 def test_planner_contract(spec):
-    ctx, engine = context(), Engine(RATES)
-    planner = build_planner(spec, N, ctx.rng)
+    ctx, engine = context(pool_n=pool_size(spec)), Engine(RATES)
+    planner = build_planner(spec, pool_size(spec), ctx.rng)
     for s in range(3):
         ctx.step = s
         before = len(engine.submitted)
         batch, rejected, rounds = run_step(planner, ctx, engine, advance_version=True)
         subs = engine.submitted[before:]
-        for sub in subs:  # every request: a pool prompt, n >= 1, one request per prompt per submission
+        for sub in subs:  # every request: a pool prompt, n >= 1, one fresh request per prompt per submission
             assert all(0 <= q.prompt.id < N and q.n >= 1 for q in sub), spec
-            assert len({q.prompt.id for q in sub}) == len(sub), spec
+            fresh = [q for q in sub if q.prefix is None]  # a resumed draft (SPEC-RL) is one row of its own
+            assert len({q.prompt.id for q in fresh}) == len(fresh), spec
         ids = [g.prompt.id for g in batch.groups]
         assert len(ids) == len(set(ids)) and all(0 <= i < N for i in ids), spec  # one group per prompt
         assert all(r.prompt_id == g.prompt.id for g in batch.groups for r in g.rollouts), spec
@@ -67,32 +85,38 @@ def test_planner_contract(spec):
             assert not side, spec
             assert len(subs) <= 1 or (planner.refill and all(q.purpose == "train" for sub in subs for q in sub)), spec
         assert ctx.ledger.count(fate="open") == 0, spec  # the driver settled every rollout
-    assert ctx.ledger.budget_tokens() == ctx.ledger.count() - ctx.ledger.count("oracle") - ctx.ledger.count("eval")
+    led = ctx.ledger
+    decoded = led.count(kind="decoded") - led.count("oracle", kind="decoded") - led.count("eval", kind="decoded")
+    assert led.budget_tokens() == decoded + round(led.draft_cost * led.verified_tokens), spec
+    assert led.verified_tokens >= led.count(kind="draft"), spec  # every accepted draft token was verified
+    assert (led.verified_tokens > 0) == ("spec-rl" in spec), spec  # drafts were verified on the revisits
 
 
 @pytest.mark.parametrize("spec", PLANNERS)
 def test_planner_state_round_trips_and_resumes_exactly(spec):
     """state_dict -> a fresh planner (built, so bound, but never set up) -> the same next steps; a
     resumed planner does not repeat its one-time setup (profiles)."""
-    ctx, engine = context(), Engine(RATES)
-    planner = build_planner(spec, N, ctx.rng)
+    ctx, engine = context(pool_n=pool_size(spec)), Engine(RATES)
+    planner = build_planner(spec, pool_size(spec), ctx.rng)
     steps(planner, ctx, engine, 2)
     state, rng_state = copy.deepcopy(planner.state_dict()), copy.deepcopy(ctx.rng.bit_generator.state)
     ctx2, engine2 = copy.deepcopy(ctx), copy.deepcopy(engine)
-    resumed = build_planner(spec, N, ctx2.rng)
+    ctx2.score_drafts = score_drafts(ctx2.ledger)  # the stand-in charges its own context's ledger
+    resumed = build_planner(spec, pool_size(spec), ctx2.rng)
     resumed.load_state_dict(copy.deepcopy(state))
     ctx2.rng.bit_generator.state = rng_state
     a = steps(planner, ctx, engine, 2)
     b = steps(resumed, ctx2, engine2, 2)
     assert a == b, spec
     assert engine.calls[-len(b):] == engine2.calls[-len(b):], spec  # no repeated profiling after a resume
-    assert (ctx.ledger.tokens, ctx.ledger.rollouts) == (ctx2.ledger.tokens, ctx2.ledger.rollouts), spec
+    assert (ctx.ledger.tokens, ctx.ledger.rollouts, ctx.ledger.verified_tokens) == \
+        (ctx2.ledger.tokens, ctx2.ledger.rollouts, ctx2.ledger.verified_tokens), spec
 
 
 @pytest.mark.parametrize("spec", PLANNERS)
 def test_hosts_that_cannot_sample_refuse_by_name(spec):
     planner = build_planner(spec, N, np.random.default_rng(0))
-    if planner.needs_sampling or planner.needs_policy or planner.refill:
+    if planner.needs_sampling or planner.needs_policy or planner.refill or planner.needs_inflight:
         with pytest.raises(ValueError, match="cannot run planner"):
             planner.require("a test host")
         return

@@ -94,12 +94,16 @@ def test_ledger_settles_fates_and_keeps_the_legacy_view():
 
 
 def test_ledger_budget_weights_draft_tokens_by_the_cost_ratio():
+    """Draft tokens cost a verification prefill, accepted or not: the budget weights every verified draft
+    token (here 8 accepted + 4 rejected) by the cost ratio; the accepted ones are also kind "draft"."""
     L = Ledger(draft_cost=0.25)
     g = make_group(0, [1], length=10)
     g.rollouts[0].meta["tokens_by_kind"] = {"draft": 8, "decoded": 2}  # 8 accepted from a draft
+    L.verified_tokens += 12  # what the driver's verification pass charges
     L.charge([g, make_group(1, [1], length=4, purpose="eval")])
-    assert L.budget_tokens() == 2 + round(0.25 * 8) and L.count(kind="draft") == 8
+    assert L.budget_tokens() == 2 + round(0.25 * 12) and L.count(kind="draft") == 8
     assert L.count_rollouts() == 2  # a rollout counts once whatever its kinds
+    assert L.breakdown()["tok/verified"] == 12
 
 
 def test_rollout_state_roundtrip_keeps_reward_parts():

@@ -264,14 +264,16 @@ def test_simgroup_behaves_like_a_group():
 def test_every_planner_runs_or_is_refused_clearly():
     refused = set()
     for e in registry.entries("planner"):
-        if e.obj().needs_policy:
-            with pytest.raises(ValueError, match=f"the simulator cannot run planner '{e.name}'.*needs the policy"):
-                _sim(e.name, prompts=300)
-            refused.add(e.name)
+        for need, why in (("needs_policy", "needs the policy"), ("needs_inflight", "needs in-flight control")):
+            if getattr(e.obj(), need):
+                with pytest.raises(ValueError, match=f"the simulator cannot run planner '{e.name}'.*{why}"):
+                    _sim(e.name, prompts=300)
+                refused.add(e.name)
+        if e.name in refused:
             continue
         out = _sim(e.name, prompts=300, batch=8, n=4).run(3)
         assert out["steps"] == 3 and out["tokens"] + out["tokens_by_purpose"]["oracle"] > 0, e.name
-    assert refused == {"hive", "dots"}
+    assert refused == {"hive", "dots", "duet-abort", "spec-rl"}  # prompt statistics, tokens, a policy
     out = _sim("greso+ar3po", prompts=300, batch=8, n=4).run(3)
     assert out["steps"] == 3
 

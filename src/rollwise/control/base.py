@@ -12,11 +12,18 @@ Hooks, in the order one step calls them::
     setup(ctx)                     once, before the first step (offline profiling: sGPO, PVPO)
     select(candidates, need, ctx)  pre-rollout: keep/skip/reorder/add prompts (GRESO, HIVE, CDAS, ...)
     allocate(prompts, ns, ctx)     n per prompt (sGPO, CurES, E3, DUET); returns the new ns
+    speculate(requests, ctx)       each round's train requests, run a component's own way (SPEC-RL:
+                                   drafts verified, then resumed); one Group per request
     more(groups, ctx)              after each generation round: extra Requests for prompts already
                                    rolled out this step (AR3PO, AERO, DARS stages); [] when done
     finish(groups, ctx)            before the batch: repair/trim/reuse groups (AR3PO reuse, AERO rejection)
     accept(group, ctx)             may this group train? (DAPO's zero-variance filter)
     observe(groups, batch, ctx)    after the update: update the component's own state
+
+    watch(requests, ctx)           in-flight control (`needs_inflight`): a callable for a wave of train
+                                   requests, which the driver shows every running sample's tokens after
+                                   each decode step and which returns Decisions: stop, prune or reweight
+                                   single samples (DUET's abort)
 
 **Asking for samples.** A hook that needs rollouts of its own (a pilot, a profile, an oracle
 measurement) is written as a generator: ``groups = yield [Request(p, m, purpose="pilot")]``. The step
@@ -25,9 +32,10 @@ order; the hook's `return` value is its result. Components never call an engine 
 so the same hook runs synchronously, asynchronously, or in a host trainer that can serve it.
 
 **What a host must provide.** A component declares `needs_sampling` (it yields requests, or asks for
-more samples after seeing results: stages) and `needs_policy` (a forward pass or model internals:
-`ctx.prompt_stats`, `ctx.policy`); `refill = True` means it draws fresh prompts while fewer than
-`batch_size` groups are accepted, for at most `max_rounds` rounds (DAPO dynamic sampling). A host
+more samples after seeing results: stages), `needs_policy` (a forward pass or model internals:
+`ctx.prompt_stats`, `ctx.policy`) and `needs_inflight` (it watches samples as they grow and stops
+single ones: the engine's optional peek/stop); `refill = True` means it draws fresh prompts while fewer
+than `batch_size` groups are accepted, for at most `max_rounds` rounds (DAPO dynamic sampling). A host
 (TRL, verl) calls `Planner.require(...)` with what it can serve and refuses the rest by name.
 """
 from __future__ import annotations
@@ -57,9 +65,14 @@ class StepContext:
     ledger: Ledger | None
     rng: np.random.Generator  # the planner's own stream (saved in checkpoints)
     policy: Any = None  # the policy, for components that read its internals (CurES sigma='grad', E3's vocab)
+    task: Any = None  # the task, for what it declares (e.g. its `answer_marker`); None in hosts and tests
     # prompt_stats(texts) -> (entropy_K, embed_KD): one prefill-only pass of the current policy (HIVE,
     # DOTS); the driver charges its prompt tokens.
     prompt_stats: Callable | None = None
+    # score_drafts(prompt_ids, drafts_T, temperatures) -> (logp_T list, entropy_T list, policy version):
+    # one prefill of the current policy over prompt + draft per row (SPEC-RL's verification); the driver
+    # charges its prompt tokens and every draft token it scores.
+    score_drafts: Callable | None = None
     groups: dict[int, Group] = field(default_factory=dict)  # this step's train groups so far, by prompt id
     metrics: dict[str, float] = field(default_factory=dict)  # components may add step metrics here
 
@@ -75,6 +88,7 @@ class Component:
     oversample = 1  # candidates drawn per needed prompt (ranking selectors want more to choose from)
     needs_sampling = False  # yields requests of its own or asks for more samples (a host must serve them)
     needs_policy = False  # reads the policy (ctx.policy / ctx.prompt_stats)
+    needs_inflight = False  # watches samples while they are generated (the engine's peek/stop)
 
     def bind(self, pool_size: int) -> None:
         pass
@@ -94,6 +108,11 @@ class Component:
     def allocate(self, prompts: list[Prompt], ns: list[int], ctx: StepContext) -> list[int]:
         return ns
 
+    def speculate(self, requests: list[Request], ctx: StepContext):
+        """A generator: run one round of train requests; yield what to generate, return one Group per
+        request. Only a component that overrides it is asked (at most one per planner)."""
+        return (yield requests)
+
     def more(self, groups: list[Group], ctx: StepContext) -> list[Request]:
         return []
 
@@ -105,6 +124,9 @@ class Component:
 
     def observe(self, groups: list[Group], batch: Batch, ctx: StepContext) -> None:
         pass
+
+    def watch(self, requests: list[Request], ctx: StepContext) -> "Callable[[dict], list[Decision]] | None":
+        return None
 
     def state_dict(self) -> dict:
         return {}
@@ -153,13 +175,29 @@ class Assembled:
     dropped: list[Group] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class Decision:
+    """What a wave's watcher decides for one running sample (sample `sample` of request `index` of the
+    wave): `action` "stop" ends it as done (its answer is in), "pruned" ends it as dropped (the driver
+    charges its tokens to fate "pruned" and takes it out of its group), "keep" lets it run. A `weight`
+    (not None) is an importance weight the rollout carries to the learner (Rollout.meta["is_weight"])."""
+
+    index: int
+    sample: int
+    action: str
+    weight: float | None = None
+
+
 @dataclass
 class Wave:
     """Requests the driver runs together. `enough(finished)`, given {request index: scored Group} of
-    the requests finished so far, says when the rest may be aborted (their partial rows come back)."""
+    the requests finished so far, says when the rest may be aborted (their partial rows come back).
+    `watch(running)`, given {request index: [each sample's tokens so far, or None once it stopped]}
+    after every decode step, returns Decisions for single samples (in-flight control)."""
 
     requests: list[Request]
     enough: Callable[[dict], bool] | None = None
+    watch: Callable[[dict], list[Decision]] | None = None
 
 
 class Planner:
@@ -183,6 +221,19 @@ class Planner:
         if partial and any(type(c).more is not Component.more for c in components):
             raise ValueError(f"planner {self.name!r}: partial rollouts do not compose with staged allocation "
                              "(a later stage would need rows that are still being generated)")
+        self.inflight = [c for c in components if c.needs_inflight]
+        if len(self.inflight) > 1 or (self.inflight and partial):
+            raise ValueError(f"planner {self.name!r}: an in-flight component ({self.inflight[0].name}) composes "
+                             "with neither another one nor partial rollouts (a resumed row would lose its "
+                             "in-flight state)")
+        speculators = [c for c in components if type(c).speculate is not Component.speculate]
+        if len(speculators) > 1 or (speculators and partial):
+            raise ValueError(f"planner {self.name!r}: {speculators[0].name} composes with neither another "
+                             "speculating component nor partial rollouts (a draft row would be resumed twice)")
+        self.speculator = speculators[0] if speculators else None
+        if self.inflight and self.speculator is not None:
+            raise ValueError(f"planner {self.name!r}: {self.inflight[0].name} and {self.speculator.name} do not "
+                             "compose (a draft reused whole never runs in the engine the watcher sees)")
         self.overprovision = max((c.overprovision for c in partial), default=0.0)
         self.segment_tokens = min((c.segment_tokens for c in partial if c.segment_tokens), default=None)
         self.partial = bool(partial)
@@ -205,10 +256,23 @@ class Planner:
     def refill(self) -> bool:
         return any(c.refill for c in self.components)
 
-    def require(self, host: str, sampling: bool = False, policy: bool = False, refill: bool = False) -> None:
+    @property
+    def needs_inflight(self) -> bool:
+        return bool(self.inflight)
+
+    @property
+    def draft_cost(self) -> float | None:
+        """The prefill/decode cost ratio a drafting component (SPEC-RL) charges its draft tokens at."""
+        return next((c.draft_cost for c in self.components if getattr(c, "draft_cost", None) is not None), None)
+
+    def require(self, host: str, sampling: bool = False, policy: bool = False, refill: bool = False,
+                inflight: bool = False) -> None:
         """Refuse, with the reason, components that need what `host` cannot serve."""
         missing = []
         for c in self.components:
+            if c.needs_inflight and not inflight:
+                missing.append(f"{c.name} needs in-flight control of the engine (each sample's tokens as they "
+                               "grow, and stopping single samples)")
             if c.needs_sampling and not sampling:
                 missing.append(f"{c.name} needs on-demand sampling (extra rollouts after seeing results)")
             if c.needs_policy and not policy:
@@ -233,7 +297,7 @@ class Planner:
         else:
             requests = yield from self._draw(ctx.batch_size, ctx)
         while requests:
-            groups = yield self._with_sampling(self._segment(requests))
+            groups = yield from self._round(requests, ctx)
             grown = []
             for g in groups:
                 if self.partial and _unfinished(g):  # a refill's unfinished group waits for the next step
@@ -284,6 +348,18 @@ class Planner:
             ctx.groups[g.prompt.id] = g
             taken += self._accepts(g, ctx)
         return (yield from self._more(list(ctx.groups.values()), ctx))
+
+    def _watched(self, requests: list[Request], ctx: StepContext):
+        """Train requests as a Wave with the in-flight component's watcher, if there is one."""
+        watch = self.inflight[0].watch(requests, ctx) if self.inflight and requests else None
+        return requests if watch is None else Wave(requests, watch=watch)
+
+    def _round(self, requests: list[Request], ctx: StepContext):
+        """Generate one round of train requests: one scored Group per request, in order."""
+        requests = self._with_sampling(self._segment(requests))
+        if self.speculator is None:
+            return (yield self._watched(requests, ctx))
+        return (yield from self._run(self.speculator.speculate(requests, ctx)))
 
     def _segment(self, requests: list[Request]) -> list[Request]:
         if self.partial and self.segment_tokens:

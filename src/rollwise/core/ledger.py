@@ -8,8 +8,11 @@ never touch the ledger.
 
 The budget of a run is `budget_tokens()`: decoded tokens of every purpose except eval and oracle (the
 oracle planner's measurements are off the books by design; eval is reported apart), plus
-draft-verified tokens weighted by the engine's measured prefill/decode cost ratio. Nothing reused is
-free: a rollout is charged when generated, whatever happens to it later.
+draft-verified tokens weighted by the engine's measured prefill/decode cost ratio (`draft_cost`).
+Draft-verified tokens are every draft token SPEC-RL's verification prefill scored, accepted or
+rejected (`verified_tokens`): the rejected tail costs the same prefill. The accepted ones are also
+counted, by purpose and fate, as kind "draft" in `tokens`. Nothing reused is free: a rollout is
+charged when generated, whatever happens to it later.
 """
 from __future__ import annotations
 
@@ -32,6 +35,7 @@ class Ledger:
     prompt_tokens: int = 0  # prefilled prompt tokens (all purposes)
     learner_tokens: int = 0  # tokens the learner ran forward+backward on
     reused_tokens: int = 0  # tokens trained in a later step than the one that generated them
+    verified_tokens: int = 0  # draft tokens scored by a verification prefill (SPEC-RL), accepted or not
     draft_cost: float = 1.0  # cost of a draft-verified token in decoded-token units (engine-measured)
     seconds: dict[str, float] = field(default_factory=dict)  # wall time by phase
 
@@ -89,8 +93,7 @@ class Ledger:
 
     def budget_tokens(self) -> int:
         decoded = sum(v for (p, _, k), v in self.tokens.items() if p not in OFF_BUDGET and k == "decoded")
-        draft = sum(v for (p, _, k), v in self.tokens.items() if p not in OFF_BUDGET and k == "draft")
-        return decoded + int(round(self.draft_cost * draft))
+        return decoded + int(round(self.draft_cost * self.verified_tokens))
 
     def budget_rollouts(self) -> int:
         return sum(v for (p, _), v in self.rollouts.items() if p not in OFF_BUDGET)
@@ -110,8 +113,12 @@ class Ledger:
         return {p: out[p] for p in LEGACY_PURPOSES}
 
     def breakdown(self) -> dict[str, int]:
-        """Every non-zero (purpose, fate, kind) count, as flat metric names tok/<purpose>/<fate>/<kind>."""
-        return {f"tok/{p}/{f}/{k}": v for (p, f, k), v in sorted(self.tokens.items()) if v}
+        """Every non-zero (purpose, fate, kind) count, as flat metric names tok/<purpose>/<fate>/<kind>,
+        and the draft tokens verified (tok/verified) when there are any."""
+        out = {f"tok/{p}/{f}/{k}": v for (p, f, k), v in sorted(self.tokens.items()) if v}
+        if self.verified_tokens:
+            out["tok/verified"] = self.verified_tokens
+        return out
 
     # ---- persistence -----------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -119,6 +126,7 @@ class Ledger:
                 "rollouts": [[*k, v] for k, v in self.rollouts.items()],
                 "prompt_tokens": self.prompt_tokens, "learner_tokens": self.learner_tokens,
                 "reused_tokens": self.reused_tokens, "draft_cost": self.draft_cost,
+                "verified_tokens": self.verified_tokens,
                 "seconds": dict(self.seconds)}
 
     def load_state_dict(self, s: dict) -> None:
@@ -130,6 +138,7 @@ class Ledger:
         self.learner_tokens = int(s["learner_tokens"])
         self.reused_tokens = int(s.get("reused_tokens", 0))
         self.draft_cost = float(s.get("draft_cost", 1.0))
+        self.verified_tokens = int(s.get("verified_tokens", 0))
         self.seconds = {k: float(v) for k, v in s["seconds"].items()}
 
 

@@ -54,7 +54,7 @@ def register(kind: str, name: str, provenance: str = "INF", summary: str = "") -
 
 def _load_all() -> None:
     # Importing the packages runs their @register decorators.
-    from rollwise import control, learn, tasks, generate  # noqa: F401
+    from rollwise import control, learn, tasks, generate, replay  # noqa: F401
     import rollwise.sim.engine  # noqa: F401  (the simulator's engine)
 
 

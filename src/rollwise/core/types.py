@@ -23,7 +23,7 @@ PURPOSES: tuple[str, ...] = ("train", "pilot", "profile", "oracle", "eval")
 FATES: tuple[str, ...] = ("new", "open", "trained", "discarded", "scored", "aborted", "pruned", "carried")
 KINDS: tuple[str, ...] = ("decoded", "draft", "shared")
 Status = Literal["done", "partial", "aborted", "pruned"]
-FinishReason = Literal["eos", "length", "budget", "aborted", "pruned"]
+FinishReason = Literal["eos", "length", "stop", "budget", "aborted", "pruned"]  # "stop": ended by a caller, kept
 
 
 @dataclass(frozen=True)
@@ -238,7 +238,9 @@ class Group:
         (purposes not in it stay). What moved is added to acc[(purpose, kind, from, to)] = [rollouts,
         tokens]: a rollout counts once, under the kind of its first token-kind entry. A resumed rollout
         carries its own new tokens only and counts as no new rollout: its prefix (`meta["prefix"]`,
-        charged when generated and "carried" since) follows it to the same fate."""
+        charged when generated and "carried" since) follows it to the same fate. A prefix that was
+        never charged (a draft accepted by SPEC-RL's verification, fate "new") is charged with its
+        continuation, as the rollout, and shares its fate from then on."""
         for r in self.rollouts:
             if r.fate != frm:
                 continue
@@ -261,7 +263,11 @@ def _move_rollout(r, frm: str, fate: str, acc: dict) -> None:
             c[0] += first
             c[1] += tok
         first = 0
-    if pre is not None and frm != "new" and pre.fate == "carried" and fate != "carried":  # settling, not charging
+    if pre is None:
+        return
+    if pre.fate == frm:  # a draft prefix (SPEC-RL), never charged on its own: charged with it, same fate
+        _move_rollout(pre, frm, fate, acc)
+    elif frm != "new" and pre.fate == "carried" and fate != "carried":  # settling, not charging
         _move_rollout(pre, "carried", fate, acc)
 
 

@@ -10,6 +10,18 @@
     update_weights(version, state)   the learner's new weights; state None = shared in memory
     pending                          number of submitted requests not yet finished
 
+Optional, in-flight control of single samples (DUET's marker-gated abort needs it; an engine without it
+is refused by name when a planner asks for it):
+
+    peek(request_ids)                {request id: [token ids each sample has generated so far in this
+                                     request (a 1-D LongTensor), or None for a sample that has stopped]}
+                                     for those of the requests that are running
+    stop(request_id, samples, reason)  end these samples of a running request now, keeping their tokens:
+                                     reason "stop" ends them as done rows (finish_reason "stop": scored and
+                                     trained like an EOS), "pruned" as dropped rows (status and finish_reason
+                                     "pruned"; the driver charges their tokens to fate "pruned"). They come
+                                     back in the request's Finished event, with its other samples.
+
 Engines never touch the ledger: the driver charges what comes back, when it comes back. The built-in
 torch engine, the simulator and the test fakes implement this; `build_engine` resolves one by name.
 """
@@ -19,6 +31,8 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from ..core.types import Group, Request
+
+STOP_REASONS = ("stop", "pruned")  # how `stop` may end a sample
 
 
 @dataclass(slots=True)

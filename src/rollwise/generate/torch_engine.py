@@ -9,7 +9,8 @@ entropy of that distribution. Top-p only narrows what is sampled; the log-probs 
 temperature-scaled distribution, the one the learner recomputes (RL runs use top-p = 1 by default).
 
 Generation is a resumable `DecodeState`: `poll(max_steps)` advances it token by token, so a caller can
-act between tokens (abort a request and get its partial rollout back). Submitted requests are decoded
+act between tokens (abort a request and get its partial rollout back; look at each sample's tokens and
+stop single samples, the Engine protocol's optional in-flight control). Submitted requests are decoded
 in chunks of at most `max_rows` rows (whole requests), one chunk after the other, in submission order;
 the random stream is therefore the same however often the caller polls.
 """
@@ -20,7 +21,7 @@ import torch.nn.functional as F
 
 from ..core.registry import register
 from ..core.types import Group, Request, Rollout
-from .engine import Finished, Progress
+from .engine import STOP_REASONS, Finished, Progress
 
 
 @register("engine", "torch", provenance="INF", summary="built-in KV-cache sampler; finished rows leave the batch")
@@ -86,6 +87,17 @@ class TorchEngine:
             self._queue.remove(r)
             out.append(Finished(r, Group(r.prompt, []), 0))
         return out
+
+    def peek(self, request_ids) -> dict[int, list]:
+        """The tokens each sample of these running requests has so far (None: it has stopped)."""
+        return self._state.peek(set(request_ids)) if self._state is not None else {}
+
+    def stop(self, request_id: int, samples, reason: str) -> None:
+        """End these samples of a running request now, as "stop" (done) or "pruned" rows."""
+        if reason not in STOP_REASONS:
+            raise ValueError(f"stop: reason must be one of {STOP_REASONS}, not {reason!r}")
+        if self._state is None or not self._state.stop(request_id, samples, reason):
+            raise ValueError(f"stop: request {request_id} is not running")
 
     def update_weights(self, version: int, state_dict=None) -> None:
         if state_dict is not None:  # the learner's policy is shared in memory unless weights are sent
@@ -157,6 +169,7 @@ class DecodeState:
         self.hit_eos = torch.zeros(R, dtype=torch.bool)
         self.finished = self.limit == 0  # rows with nothing to generate are done at once
         self.aborted = torch.zeros(R, dtype=torch.bool)
+        self.stopped: dict[int, str] = {}  # row -> how a caller ended it (engine.stop)
         self.version = engine.version
         self.t = 0
         self.active = torch.arange(R)[~self.finished]
@@ -275,16 +288,45 @@ class DecodeState:
         fin = self.finished.tolist()
         rows = [i for i in range(self.R) if not fin[i] and self.requests[int(self.row_req[i])].id in ids]
         if rows:
-            rows_t = torch.tensor(rows, dtype=torch.long)
-            self.aborted[rows_t] = True
-            self.finished[rows_t] = True
-            keep = (~self.aborted[self.active]).nonzero().squeeze(-1)
-            self.active = self.active[keep]
-            if len(keep):
-                self.pos, self.key_mask = self.pos[keep], self.key_mask[keep]
-                self.cache = self.pol.select_cache(self.cache, keep)
-                self.last_logits = self.last_logits[keep]
+            self.aborted[torch.tensor(rows, dtype=torch.long)] = True
+            self._leave(rows)
         return [e for e in self.collect() if e.request.id in ids]
+
+    def peek(self, ids: set[int]) -> dict[int, list]:
+        out, start = {}, 0
+        fin, lengths = self.finished.tolist(), self.length.tolist()
+        for u, req in enumerate(self.requests):
+            if req.id in ids and u not in self.reported:
+                out[req.id] = [None if fin[i] else self.tok_buf[i, :lengths[i]] for i in range(start, start + req.n)]
+            start += req.n
+        return out
+
+    def stop(self, request_id: int, samples, reason: str) -> bool:
+        """End these samples of a request (a sample already finished keeps its own end); False if the
+        request is not in this chunk or already reported."""
+        start = 0
+        for u, req in enumerate(self.requests):
+            if req.id == request_id and u not in self.reported:
+                fin = self.finished.tolist()
+                rows = [start + j for j in samples if 0 <= j < req.n and not fin[start + j]]
+                for i in rows:
+                    self.stopped[i] = reason
+                self._leave(rows)
+                return True
+            start += req.n
+        return False
+
+    def _leave(self, rows: list[int]) -> None:
+        """Rows that end now (aborted or stopped) leave the running batch and its KV cache."""
+        if not rows:
+            return
+        self.finished[torch.tensor(rows, dtype=torch.long)] = True
+        keep = (~self.finished[self.active]).nonzero().squeeze(-1)
+        self.active = self.active[keep]
+        if len(keep):
+            self.pos, self.key_mask = self.pos[keep], self.key_mask[keep]
+            self.cache = self.pol.select_cache(self.cache, keep)
+            self.last_logits = self.last_logits[keep]
 
     def _rollout(self, u: int, row: int) -> Rollout:
         req, k = self.requests[u], int(self.length[row])
@@ -294,6 +336,9 @@ class DecodeState:
         pre = req.prefix
         if self.hit_eos[row]:
             reason, status = "eos", "done"
+        elif row in self.stopped:  # ended by the caller: "stop" keeps it as done, "pruned" drops it
+            reason = self.stopped[row]
+            status = "done" if reason == "stop" else reason
         elif k >= int(self.full_limit[row]):  # the whole budget is spent: a length stop, even if aborted
             reason, status = "length", "done"
         elif self.aborted[row]:

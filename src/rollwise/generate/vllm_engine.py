@@ -22,7 +22,8 @@ What it maps, and how:
   * poll(max_steps): one vLLM engine step per step (about one token per running sequence), outputs
     streamed as deltas, so a caller can act between tokens. abort(ids) stops those requests in vLLM and
     returns what was generated so far (status "aborted"); a sample aborted before its first token is
-    dropped from its group (as the torch engine returns queued requests empty).
+    dropped from its group (as the torch engine returns queued requests empty). The optional in-flight
+    control of single samples (peek/stop, DUET's abort) is refused with a message naming it.
   * Weights: `update_weights(version)` pushes the policy's weights (or the given state_dict) into vLLM,
     then resets the prefix cache (its KV blocks were computed with the old weights). Tokens carry the
     version that produced them (`versions_T` when it changed mid-request). Three ways in (`weight_sync`):
@@ -231,6 +232,10 @@ class _Live:
         return list(range(self.req.n)) if self.drawn == self.req.n else [0] * self.req.n
 
 
+INFLIGHT_REFUSAL = ("the vllm engine does not offer in-flight control of single samples (the Engine protocol's "
+                    "optional peek/stop, which duet-abort needs); use --engine torch")
+
+
 @register("engine", "vllm", provenance="INF",
           summary="vLLM offline engine: paged KV cache, prefix caching, weights pushed after every step")
 class VLLMEngine:
@@ -345,6 +350,12 @@ class VLLMEngine:
             live.reason = [r if r is not None else "aborted" for r in live.reason]
             out.append(self._finished(live))
         return out
+
+    def peek(self, request_ids) -> dict:
+        raise NotImplementedError(INFLIGHT_REFUSAL)
+
+    def stop(self, request_id, samples, reason) -> None:
+        raise NotImplementedError(INFLIGHT_REFUSAL)
 
     def update_weights(self, version: int, state_dict=None) -> None:
         self._push(state_dict)

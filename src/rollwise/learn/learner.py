@@ -1,7 +1,9 @@
 """The learner: a Batch of groups -> one policy update (advantages, loss, correction, AdamW).
 
 Parts are looked up by name in the registry, so this file never changes when a new estimator,
-loss or correction is added. An estimator that keeps state across batches declares a tracker
+loss or correction is added. A rollout may carry a per-rollout importance weight (`meta["is_weight"]`,
+e.g. DUET's 1/q for a sample that survived its abort gate): detached, it multiplies every token's loss of
+that row, on top of the correction's per-token weights. An estimator that keeps state across batches declares a tracker
 (`advantages.tracks`, e.g. MSSR's per-prompt baseline); the learner owns it and checkpoints it along
 with a stateful recomposer's buffer (RoRecomp).
 """
@@ -107,6 +109,8 @@ class Learner:
         responses = [r.token_ids_T.tolist() for r in rollouts]
         self._temps = [float(r.temperature) for r in rollouts]  # score each row as it was sampled
         behav_NT, mask_NT = _pad([r.logprobs_T for r in rollouts]), _pad([torch.ones(r.num_tokens) for r in rollouts])
+        row_w = [float(getattr(r, "meta", {}).get("is_weight", 1.0)) for r in rollouts]
+        row_w_N = torch.tensor(row_w) if any(w != 1.0 for w in row_w) else None  # None: nothing to multiply
         adv_NT = (adv.unsqueeze(1) if adv.dim() == 1 else adv).expand_as(mask_NT) * mask_NT
         stats["mean_abs_adv"] = float(adv_NT.abs().sum(1).div(mask_NT.sum(1).clamp(min=1)).mean())
 
@@ -135,6 +139,8 @@ class Learner:
                     T = logp.shape[1]
                     m, old, beh = mask_NT[idx, :T], old_NT[micro, :T], behav_NT[idx, :T]
                     weight, keep = self.correction(CorrectionInput(logp, old, beh, m), **cfg.correction_options)
+                    if row_w_N is not None:
+                        weight = weight * row_w_N[idx].unsqueeze(1)
                     m0, m = m, m * keep  # m0: pre-mask, for the denominators (spec E2)
                     loss_NT, lstats = self.loss(LossInput(logp, old, adv_NT[idx, :T], m, weight), **cfg.loss_options)
                     if ref_NT is not None:  # KL(pi || ref) per token (losses.kl_penalty)

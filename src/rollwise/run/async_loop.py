@@ -52,6 +52,11 @@ class AsyncLoop:
         kw = dict(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
                   **cfg.engine_options)
         check_async(cfg)
+        # the Ray workers serve stages, the policy's statistics and refills, not in-flight control (peek/stop)
+        tr.planner.require("--mode async (Ray workers)", sampling=True, policy=True, refill=True)
+        if tr.planner.speculator is not None:  # refused before any worker starts
+            raise ValueError(f"--mode async cannot run {tr.planner.speculator.name}: its verification pass reads "
+                             "the sampling weights, which live in the workers; run it with --mode sync")
         self.pool = RayEnginePool(tr.model_path, cfg.workers, cfg.engine, kw, seed=cfg.seed)
         if getattr(tr, "engine_state", None) and "workers" in tr.engine_state:  # resumed: the workers' streams
             self.pool.load_state_dict(tr.engine_state)

@@ -14,13 +14,16 @@ the tests (scripted engines, fake learners) all run a step through `StepDriver.r
 
 The driver is the only writer of the ledger: it charges every engine result as it comes back and
 settles every rollout's fate once the batch is known. Planners edit groups; the driver charges the
-edits (a rollout of this step that is not in the batch was discarded).
+edits (a rollout of this step that is not in the batch was discarded). Samples pruned in flight (a
+wave's watcher, DUET) are settled as "pruned" as soon as they come back and leave their groups.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..control.base import Assembled, Planner, StepContext, Wave
+import torch
+
+from ..control.base import Assembled, Decision, Planner, StepContext, Wave
 from ..core.history import PromptHistory
 from ..core.ledger import Ledger
 from ..core.types import Batch, Group, Request
@@ -62,16 +65,35 @@ class StepDriver:
             r.id = i
         self._next_id += len(requests)
         with self.ledger.timer("generate"):
-            if wave is None or wave.enough is None:
-                events = run_sync(self.engine, requests)
+            if wave is None or (wave.enough is None and wave.watch is None):
+                events = self._run_sync(requests)
                 groups = [e.group for e in events]
                 self._score(groups)
             else:
-                events = self._until_enough(requests, wave.enough)
+                events = self._stepwise(requests, wave.enough, wave.watch)
                 groups = [e.group for e in events]
         self.ledger.charge(groups, sum(e.prompt_tokens for e in events))
+        self._drop_pruned(groups)
         self._generated += groups
         return groups
+
+    def _drop_pruned(self, groups: list[Group]) -> None:
+        """Rows pruned in flight are charged, settled as "pruned" and taken out of their (new) groups:
+        they never reach the planner's filters, the advantages or the loss."""
+        for g in groups:
+            pruned = [r for r in g.rollouts if r.status == "pruned"]
+            if pruned:
+                self.ledger.settle([Group(g.prompt, pruned)], "open", "pruned")
+                g.rollouts = [r for r in g.rollouts if r.status != "pruned"]
+
+    def _run_sync(self, requests: list[Request]) -> list[Finished]:
+        """run_sync, except that a request whose prefix is already a finished response (a draft that
+        SPEC-RL accepted whole) asks the engine for nothing: it comes back as that response."""
+        whole = [r.prefix is not None and r.prefix.status == "done" for r in requests]
+        if not any(whole):
+            return run_sync(self.engine, requests)
+        events = iter(run_sync(self.engine, [r for r, w in zip(requests, whole) if not w]))
+        return [Finished(r, Group(r.prompt, [r.prefix]), 0) if w else next(events) for r, w in zip(requests, whole)]
 
     def _score(self, groups: list[Group]) -> None:
         if self.scorer is None:
@@ -82,27 +104,66 @@ class StepDriver:
             else:  # partial rows have no answer yet: their reward comes when they finish
                 self.scorer.score([Group(g.prompt, [r for r in g.rollouts if r.status == "done"]) for g in groups])
 
-    def _until_enough(self, requests: list[Request], enough) -> list[Finished]:
+    def _stepwise(self, requests: list[Request], enough, watch) -> list[Finished]:
         """Poll a few decode steps at a time; once `enough` of the finished requests are in, abort the
-        rest (APRIL): their partial rows come back with their tokens and log-probs."""
+        rest (APRIL): their partial rows come back with their tokens and log-probs. With a `watch`, poll
+        one step at a time and show it every running sample's tokens: its Decisions stop samples (so a
+        stop lands on the exact token) and give rollouts importance weights."""
         eng = self.engine
+        if watch is not None and not callable(getattr(eng, "peek", None)):
+            raise ValueError(f"engine {type(eng).__name__} does not offer in-flight control of single samples "
+                             "(the Engine protocol's optional peek/stop), which this planner needs")
         eng.submit(requests)
         index = {r.id: i for i, r in enumerate(requests)}
         done: dict[int, Finished] = {}
         finished: dict[int, Group] = {}
+        weights: dict[int, dict[int, float]] = {}  # request id -> {sample: importance weight}
+
+        def take(e: Finished) -> None:
+            done[e.request.id] = e
+            for j, w in weights.pop(e.request.id, {}).items():
+                if j < e.group.n:
+                    e.group.rollouts[j].meta["is_weight"] = w
+
         while len(done) < len(requests):
-            events = [e for e in eng.poll(max_steps=self.poll_steps) if isinstance(e, Finished)]
+            events = [e for e in eng.poll(max_steps=1 if watch else self.poll_steps) if isinstance(e, Finished)]
             if not events and not eng.pending:
                 raise RuntimeError(f"engine {type(eng).__name__} stopped with requests unanswered")
             self._score([e.group for e in events])
             for e in events:
-                done[e.request.id] = e
+                take(e)
                 finished[index[e.request.id]] = e.group
-            if len(done) < len(requests) and enough(finished):
+            if watch is not None and len(done) < len(requests):
+                running = eng.peek([r.id for r in requests if r.id not in done])
+                for d in watch({index[rid]: samples for rid, samples in running.items()}):
+                    self._decide(d, requests[d.index].id, weights)
+            if enough is not None and len(done) < len(requests) and enough(finished):
                 rest = [r.id for r in requests if r.id not in done]
                 for e in eng.abort(rest):
-                    done[e.request.id] = e
+                    take(e)
         return [done[r.id] for r in requests]
+
+    def _decide(self, d: Decision, request_id: int, weights: dict) -> None:
+        if d.action not in ("keep", "stop", "pruned"):
+            raise ValueError(f"in-flight decision: action must be 'keep', 'stop' or 'pruned', not {d.action!r}")
+        if d.weight is not None:
+            weights.setdefault(request_id, {})[d.sample] = float(d.weight)
+        if d.action != "keep":
+            self.engine.stop(request_id, [d.sample], d.action)
+
+    def score_drafts(self, prompt_ids: list[list[int]], drafts_T: list, temperatures: list[float]):
+        """SPEC-RL's verification: one prefill of the current policy over prompt + draft for every row.
+        Returns the per-token log-probs and entropies of the draft tokens and the policy's version;
+        charges the prompt tokens and every draft token scored (the budget weights those by the
+        prefill/decode cost ratio, accepted or not)."""
+        with self.ledger.timer("verify"), torch.no_grad():
+            logp_NT, ent_NT, _ = self.policy.response_logprobs(prompt_ids, [d.tolist() for d in drafts_T],
+                                                               list(temperatures))
+        lens = [len(d) for d in drafts_T]
+        self.ledger.prompt_tokens += sum(len(p) for p in prompt_ids)
+        self.ledger.verified_tokens += sum(lens)
+        return ([logp_NT[i, :k].detach() for i, k in enumerate(lens)], [ent_NT[i, :k] for i, k in enumerate(lens)],
+                self.policy.version)
 
     def prompt_stats(self, texts: list[str]):
         """The policy's prefill-only prompt statistics (HIVE, DOTS), their prompt tokens charged."""
@@ -130,6 +191,8 @@ class StepDriver:
         self._generated = []
         if self.policy is not None and ctx.prompt_stats is None and hasattr(self.policy, "prompt_stats"):
             ctx.prompt_stats = self.prompt_stats
+        if self.policy is not None and ctx.score_drafts is None and hasattr(self.policy, "response_logprobs"):
+            ctx.score_drafts = self.score_drafts
         planner.version = version
         plan = planner.plan(ctx)
         try:

@@ -82,6 +82,8 @@ class Trainer:
         self.history, self.ledger = PromptHistory(len(self.pool)), Ledger()
         self.rng = np.random.default_rng(cfg.seed)
         self.planner = build_planner(cfg.planner, len(self.pool), self.rng, cfg.planner_options)
+        if self.planner.draft_cost is not None:  # SPEC-RL's draft tokens, in decoded-token units
+            self.ledger.draft_cost = self.planner.draft_cost
         if cfg.reward:  # a user's function: in a worker process, with a timeout and a memory limit
             self.scorer = Scorer(cfg.reward, trusted=False, timeout_s=cfg.reward_timeout_s,
                                  memory_mb=cfg.reward_memory_mb)
@@ -116,7 +118,7 @@ class Trainer:
 
     def context(self, step: int) -> StepContext:
         return StepContext(step, self.cfg.batch_size, self.cfg.n, self.pool, self.history, self.ledger, self.rng,
-                           self.policy)
+                           self.policy, task=self.task)
 
     def ledger_view(self) -> dict:
         """The ledger's figures for a metrics row (taken right after a step's rollouts are settled)."""

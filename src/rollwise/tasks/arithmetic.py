@@ -64,6 +64,8 @@ class ArithmeticTask:
     reward_weights: dict | None = None  # the components' weights in the scalar reward (None: their mean)
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
+    answer_marker = None  # a response is the answer alone: no marker (DUET's abort applies its length gate only)
+
     def __post_init__(self):
         self.level_weights = tuple(float(w) for w in self.level_weights)
         if not self.ops or set(self.ops) - {"+", "-"}:

@@ -120,6 +120,7 @@ class FileTask:
     heldout_path: str = ""
     prompt_field: str = "prompt"
     answer_field: str = "answer"
+    answer_marker: str | None = None  # text after which the answer follows (e.g. "\\boxed{"), for DUET's abort
 
     # the verifier compares the response with the answer: the trainer checks every answer can be written
     answers_are_responses = True

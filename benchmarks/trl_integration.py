@@ -1,0 +1,253 @@
+"""TRL's GRPOTrainer with and without a rollwise planner, on CPU: does the integration change what TRL does?
+
+A small Llama (transformers classes, rollwise's char tokenizer) is warm-started by a brief supervised
+pass on the embedded arithmetic task (cached under $ROLLWISE_CACHE), then trained by TRL 1.16 for the
+same number of steps per run with
+  grpo        plain GRPOTrainer (TRL's own prompt sampler, every group trains);
+  greso       RollwiseGRPOTrainer, planner "greso" without refill (history-based skipping only);
+  greso+dapo  RollwiseGRPOTrainer, planner "greso+dapo" (skipping, zero-variance filter, refill).
+Per run: response tokens generated (padding rows excluded), groups rolled out / trained / trained with
+zero variance, greedy held-out accuracy before and after, wall time. Not a bench: a few seeds, a short run.
+
+    .venv/bin/python benchmarks/trl_integration.py --seeds 0 1 2 --steps 30 \
+        --out benchmarks/results/trl_integration.json
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from rollwise.policy.tokenizer import char_tokenizer
+from rollwise.tasks.arithmetic import ArithmeticTask
+
+MODEL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=4, max_position_embeddings=64)
+SFT = dict(steps=400, batch_size=64, lr=2e-3, seed=0)
+
+
+def base_model(task: ArithmeticTask, log=print) -> Path:
+    """The warm-started Llama, built once and cached by a hash of what shapes it."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    key = hashlib.sha256(json.dumps([MODEL, SFT, task.seed, task.heldout_size], sort_keys=True).encode()).hexdigest()[:12]
+    cache = Path(os.environ.get("ROLLWISE_CACHE", Path.home() / ".cache" / "rollwise"))
+    path = cache / f"trl-bench-llama-{key}"
+    if (path / "config.json").exists():
+        return path
+    tok = char_tokenizer()
+    torch.manual_seed(SFT["seed"])
+    cfg = LlamaConfig(vocab_size=len(tok), eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+                      bos_token_id=None, **MODEL)
+    model = LlamaForCausalLM(cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=SFT["lr"], weight_decay=0.0)
+    examples = task.sft_examples(SFT["steps"] * SFT["batch_size"], seed=10_000 + SFT["seed"])
+    t0 = time.time()
+    model.train()
+    for step in range(SFT["steps"]):
+        rows = examples[step * SFT["batch_size"]:(step + 1) * SFT["batch_size"]]
+        seqs = [tok(t, add_special_tokens=False)["input_ids"] + tok(a, add_special_tokens=False)["input_ids"]
+                + [tok.eos_token_id] for t, a, _ in rows]
+        starts = [len(tok(t, add_special_tokens=False)["input_ids"]) for t, _, _ in rows]
+        L = max(map(len, seqs))
+        ids = torch.full((len(seqs), L), tok.pad_token_id)
+        mask = torch.zeros((len(seqs), L), dtype=torch.long)
+        for i, s in enumerate(seqs):
+            ids[i, :len(s)], mask[i, :len(s)] = torch.tensor(s), 1
+        logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1]
+        target = ids[:, 1:].clone()
+        pos = torch.arange(target.shape[1]).unsqueeze(0)
+        keep = (pos >= torch.tensor(starts).unsqueeze(1) - 1) & mask[:, 1:].bool()
+        target[~keep] = -100  # the answer and EOS only
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=-100)
+        for g in opt.param_groups:
+            g["lr"] = SFT["lr"] * min(1.0, (step + 1) / 50)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if (step + 1) % 100 == 0:
+            log(f"  warm start {step + 1}/{SFT['steps']} loss {loss.item():.3f} ({time.time() - t0:.0f}s)")
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    tmp.rename(path)
+    return path
+
+
+@torch.no_grad()
+def accuracy(model, tok, prompts, max_new_tokens=8) -> dict:
+    """Greedy exact-match accuracy on held-out prompts, overall and by level."""
+    model.eval()
+    right = []
+    for s in range(0, len(prompts), 64):
+        chunk = prompts[s:s + 64]
+        enc = [tok(p.text, add_special_tokens=False)["input_ids"] for p in chunk]
+        L = max(map(len, enc))
+        ids = torch.full((len(enc), L), tok.pad_token_id)
+        mask = torch.zeros((len(enc), L), dtype=torch.long)
+        for i, e in enumerate(enc):  # left-padded for generation
+            ids[i, L - len(e):], mask[i, L - len(e):] = torch.tensor(e), 1
+        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False,
+                             eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+        texts = tok.batch_decode(out[:, L:], skip_special_tokens=True)
+        right += [t.strip() == p.answer for t, p in zip(texts, chunk)]
+    model.train()
+    levels = np.array([p.level for p in prompts])
+    right = np.array(right, dtype=float)
+    return {"acc": float(right.mean()), **{f"acc_L{lv}": float(right[levels == lv].mean()) for lv in sorted(set(levels))}}
+
+
+def counting(base):
+    """A trainer class that counts what TRL generates and rolls out, placed just above GRPOTrainer so that
+    it sees exactly the rows TRL generates (padding rows of a rollwise round are not generated)."""
+    from trl import GRPOTrainer
+
+    class Counting(GRPOTrainer):
+        def _generate_single_turn(self, prompt_ids, *args, **kwargs):
+            completion_ids, logprobs = super()._generate_single_turn(prompt_ids, *args, **kwargs)
+            self.bench["tokens"] += sum(len(c) for c in completion_ids)
+            self.bench["samples"] += len(completion_ids)
+            return completion_ids, logprobs
+
+        def _calculate_rewards(self, *args, **kwargs):
+            r = super()._calculate_rewards(*args, **kwargs)
+            if self.model.training:
+                grouped = r.sum(dim=1).view(-1, self.num_generations)  # one reward function here
+                if not hasattr(self, "rollwise"):  # plain GRPO: every group it rolls out trains
+                    same = (grouped == grouped[:, :1]).all(dim=1)
+                    self.bench["groups"] += len(grouped)
+                    self.bench["zero_variance_trained"] += int(same.sum())
+            return r
+
+    bases = (base, Counting) if base is not GRPOTrainer else (Counting,)
+    return type(f"Counting{base.__name__}", bases, {})
+
+
+def run(config: str, seed: int, steps: int, base: Path, task: ArithmeticTask, B: int, G: int, out_dir: Path) -> dict:
+    from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
+    from trl import GRPOConfig, GRPOTrainer
+
+    from rollwise.integrations.trl import RollwiseGRPOTrainer, arithmetic_dataset, verifier_reward
+
+    tok = PreTrainedTokenizerFast.from_pretrained(str(base), local_files_only=True)
+    model = LlamaForCausalLM.from_pretrained(str(base), local_files_only=True, dtype=torch.float32)
+    args = GRPOConfig(output_dir=str(out_dir / f"{config}-{seed}"), use_cpu=True, bf16=False, report_to="none",
+                      per_device_train_batch_size=B * G, num_generations=G, max_completion_length=8,
+                      max_steps=steps, save_strategy="no", learning_rate=5e-4, seed=seed, logging_steps=10,
+                      disable_tqdm=True, temperature=1.0)
+    kw = dict(model=model, reward_funcs=verifier_reward(task.verify), args=args,
+              train_dataset=arithmetic_dataset(task.train_pool()), processing_class=tok)
+    if config == "grpo":
+        trainer = counting(GRPOTrainer)(**kw)
+    else:
+        options = {"greso": {"dynamic_sampling": False}} if config == "greso" else None
+        trainer = counting(RollwiseGRPOTrainer)(**kw, planner=config, planner_options=options)
+    trainer.bench = {"tokens": 0, "samples": 0, "groups": 0, "zero_variance_trained": 0}
+    t0 = time.time()
+    trainer.train()
+    wall = time.time() - t0
+    out = {"config": config, "seed": seed, "steps": steps, "wall_s": round(wall, 1),
+           "tokens": trainer.bench["tokens"], "samples": trainer.bench["samples"]}
+    if config == "grpo":
+        out.update(groups_rolled=trainer.bench["groups"], groups_trained=trainer.bench["groups"],
+                   zero_variance_trained=trainer.bench["zero_variance_trained"])
+    else:
+        log = trainer.rollwise_log
+        out.update(groups_rolled=sum(e["prompts"] for e in log), groups_trained=sum(e["trained_groups"] for e in log),
+                   zero_variance_trained=sum(e["zero_variance_trained"] for e in log),
+                   rounds=sum(e["rounds"] for e in log), skipped=sum(e.get("skipped", 0) for e in log))
+    out["informative_groups_trained"] = out["groups_trained"] - out["zero_variance_trained"]
+    out.update({f"final_{k}": v for k, v in accuracy(trainer.model, tok, task.heldout()).items()})
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--configs", nargs="+", default=["grpo", "greso", "greso+dapo"])
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--prompts", type=int, default=8, help="prompts per step (B)")
+    ap.add_argument("--generations", type=int, default=8, help="samples per prompt (G)")
+    ap.add_argument("--pool", type=int, default=256)
+    ap.add_argument("--out", type=Path, default=Path("benchmarks/results/trl_integration.json"))
+    ap.add_argument("--render", type=Path, help="only write PATH's markdown table next to it")
+    a = ap.parse_args(argv)
+    if a.render:
+        a.render.with_suffix(".md").write_text(render(a.render))
+        return
+    import trl
+    import transformers
+
+    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    task = ArithmeticTask(pool_size=a.pool, heldout_size=128, seed=0)
+    base = base_model(task)
+    tok = char_tokenizer()
+    from transformers import LlamaForCausalLM
+
+    base_acc = accuracy(LlamaForCausalLM.from_pretrained(str(base), local_files_only=True, dtype=torch.float32),
+                        tok, task.heldout())
+    print("base", json.dumps(base_acc), flush=True)
+    runs = []
+    work = a.out.parent / "trl_integration_tmp"
+    for seed in a.seeds:
+        for config in a.configs:
+            r = run(config, seed, a.steps, base, task, a.prompts, a.generations, work)
+            print(json.dumps(r), flush=True)
+            runs.append(r)
+            a.out.parent.mkdir(parents=True, exist_ok=True)
+            a.out.write_text(json.dumps({
+                "what": "TRL GRPOTrainer with and without a rollwise planner (CPU, tiny Llama, arithmetic task)",
+                "command": "benchmarks/trl_integration.py " + " ".join(argv or __import__("sys").argv[1:]),
+                "versions": {"trl": trl.__version__, "transformers": transformers.__version__,
+                             "torch": torch.__version__, "python": platform.python_version()},
+                "setup": {"prompts_per_step": a.prompts, "generations": a.generations, "steps": a.steps,
+                          "pool": a.pool, "heldout": 128, "model": MODEL, "warm_start": SFT},
+                "base_heldout": base_acc, "runs": runs, "summary": summarize(runs)}, indent=2))
+    import shutil
+
+    shutil.rmtree(work, ignore_errors=True)
+    a.out.with_suffix(".md").write_text(render(a.out))
+    print(json.dumps(summarize(runs), indent=2))
+
+
+def render(path: Path) -> str:
+    """A markdown table of a results file (per config: mean, then the per-seed values)."""
+    data = json.loads(path.read_text())
+    rows = ["| config | seeds | response tokens | groups rolled out | groups trained | zero-variance trained | "
+            "trained with signal | held-out acc | wall s |", "| --- " * 9 + "|"]
+    for config, m in data["summary"].items():
+        def cell(k, fmt="{:.0f}"):
+            return fmt.format(m[k]["mean"]) + " (" + ", ".join(fmt.format(v) for v in m[k]["per_seed"]) + ")"
+        rows.append(f"| {config} | {len(m['seeds'])} | {cell('tokens')} | {cell('groups_rolled')} | "
+                    f"{cell('groups_trained')} | {cell('zero_variance_trained')} | {cell('informative_groups_trained')} | "
+                    f"{cell('final_acc', '{:.3f}')} | {cell('wall_s')} |")
+    base = data["base_heldout"]["acc"]
+    setup = data["setup"]
+    return (f"# {data['what']}\n\n`{data['command']}`, versions {data['versions']}.\n\n"
+            f"{setup['steps']} TRL steps per run, {setup['prompts_per_step']} prompts x {setup['generations']} "
+            f"samples per step, pool {setup['pool']}, held-out {setup['heldout']} (greedy; the warm-started "
+            f"base scores {base:.3f}). Means, per-seed values in brackets.\n\n" + "\n".join(rows) + "\n")
+
+
+def summarize(runs: list[dict]) -> dict:
+    out = {}
+    for config in dict.fromkeys(r["config"] for r in runs):
+        rs = [r for r in runs if r["config"] == config]
+        keys = ["tokens", "groups_rolled", "groups_trained", "zero_variance_trained", "informative_groups_trained",
+                "final_acc", "wall_s"]
+        out[config] = {k: {"mean": float(np.mean([r[k] for r in rs])), "per_seed": [r[k] for r in rs]} for k in keys}
+        out[config]["seeds"] = [r["seed"] for r in rs]
+    return out
+
+
+if __name__ == "__main__":
+    main()
