@@ -134,3 +134,74 @@ def test_file_task_reads_a_saved_dataset_directory(tmp_path):
     datasets.Dataset.from_list([{"question": "q", "answer": None}]).save_to_disk(str(tmp_path / "bad"))
     with pytest.raises(ValueError, match="bad: row 1: missing field 'answer'"):
         FileTask(str(tmp_path / "bad"), str(tmp_path / "bad"), prompt_field="question")
+
+
+# ---- chat templates ---------------------------------------------------------------------------------
+
+# a template in the tiny alphabet (lowercase letters, ':' and spaces), so the char tokenizer can encode it
+TEMPLATE = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }} {% endfor %}"
+            "{% if add_generation_prompt %}assistant: {% endif %}")
+
+
+def chat_llama(path, template=TEMPLATE):
+    """A small Llama over the char tokenizer, saved locally with a chat template."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from rollwise.policy.tokenizer import char_tokenizer
+
+    tok = char_tokenizer()
+    tok.chat_template = template
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=128,
+                      eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=None)
+    LlamaForCausalLM(cfg).save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path)
+
+
+def test_file_task_prompts_go_through_the_chat_template(tmp_path):
+    from rollwise.policy.tokenizer import char_tokenizer
+    from rollwise.tasks.files import FileTask
+
+    f = _jsonl(tmp_path / "t.jsonl", [{"prompt": "1+1=", "answer": "2"}])
+    tok = char_tokenizer()
+    plain = FileTask(f, f, system_prompt=None)
+    plain.use_tokenizer(tok)  # no template (the tiny model): unchanged
+    assert plain.train_pool()[0].text == "1+1="
+    with pytest.raises(ValueError, match="system_prompt: set, but the model's tokenizer has no chat template"):
+        FileTask(f, f, system_prompt="be brief").use_tokenizer(tok)
+    tok.chat_template = TEMPLATE
+    t = FileTask(f, f, system_prompt="be brief")
+    t.use_tokenizer(tok)
+    t.use_tokenizer(tok)  # once only
+    assert t.train_pool()[0].text == t.heldout()[0].text == "system: be brief user: 1+1= assistant: "
+    off = FileTask(f, f, chat_template=False)
+    off.use_tokenizer(tok)
+    assert off.train_pool()[0].text == "1+1="
+    with pytest.raises(ValueError, match="system_prompt: set, but chat_template is false"):
+        FileTask(f, f, chat_template=False, system_prompt="x").use_tokenizer(tok)
+    tok.chat_template = "{{ raise_exception('no system role') }}"
+    with pytest.raises(ValueError, match=r"t.jsonl: row 1: the chat template failed on it .*no system role"):
+        FileTask(f, f).use_tokenizer(tok)
+
+
+def test_trainer_samples_from_the_templated_prompt(tmp_path):
+    from rollwise.run.loop import Trainer
+
+    model = chat_llama(tmp_path / "llama")
+    f = _jsonl(tmp_path / "t.jsonl", [{"prompt": "1+1=", "answer": "2"}, {"prompt": "2+3=", "answer": "5"}])
+    opts = {"train_path": f, "heldout_path": f, "system_prompt": "add"}
+    cfg = load_config(None, {"task": "file", "task_options": opts, "model": model, "out": str(tmp_path / "r"),
+                             "steps": 1, "batch_size": 2, "n": 2, "max_new_tokens": 4, "eval_every": 0})
+    tr = Trainer(cfg, log=lambda *a: None)
+    assert [p.text for p in tr.pool] == ["system: add user: 1+1= assistant: ", "system: add user: 2+3= assistant: "]
+    seen, submit = [], tr.engine.submit
+    tr.engine.submit = lambda reqs, *a, **k: seen.extend(r.prompt.text for r in reqs) or submit(reqs, *a, **k)
+    tr.run()
+    assert seen and all(s.startswith("system: add user: ") for s in seen)
+    cfg.task_options["system_prompt"] = "Add"  # 'A' is outside the char vocabulary: the templated row is checked
+    cfg.out = str(tmp_path / "r2")
+    with pytest.raises(ValueError, match=r"t.jsonl: row 1: the prompt has text outside the model's vocabulary"):
+        Trainer(cfg, log=lambda *a: None)

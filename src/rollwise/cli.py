@@ -107,6 +107,8 @@ def cmd_eval(args) -> int:
     path = args.model or cfg.model or base_checkpoint(task, cfg.warmstart)
     policy = load_policy(path)
     policy.model.eval()
+    if hasattr(task, "use_tokenizer"):  # a chat model's template, as in training
+        task.use_tokenizer(policy.tokenizer)
     try:
         check_finite_weights(policy)
     except ValueError as e:

@@ -69,6 +69,9 @@ class Trainer:
                              "eval_every_tokens=0 to train without evaluation)")
         model_path = self.model_path = cfg.model or base_checkpoint(self.task, cfg.warmstart, log=log)
         self.policy = load_policy(model_path)
+        if hasattr(self.task, "use_tokenizer"):  # a chat model's template (the file task): prompts change
+            self.task.use_tokenizer(self.policy.tokenizer)
+            self.pool, self.heldout = self.task.train_pool(), self.task.heldout()[: cfg.eval_size or None]
         try:
             check_finite_weights(self.policy)
         except ValueError as e:

@@ -18,12 +18,17 @@ parquet (and a saved dataset) a number has no written text: an integer column gi
 ("3"); a float column is refused with an error naming the row (3.0 could be meant as "3" or "3.0": store
 answers as strings). A boolean answer is refused everywhere. NaN and Infinity are not JSON and are refused.
 
+Chat models: when the model's tokenizer has a chat template (a Hugging Face chat model), the trainer passes
+it to `use_tokenizer` and every prompt becomes the template's rendering of [system_prompt,] the user's
+prompt, with the generation prompt (the assistant turn's opening) added: the form the model was tuned on.
+`chat_template=False` keeps the raw text; the tiny model's tokenizer has no template, so it is unchanged.
+
 A file task has no supervised warm start, so a run on it needs `--model PATH` (config.validate says so).
 """
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..core.registry import register
@@ -154,7 +159,8 @@ def load_prompts(path: str | Path, prompt_field: str = "prompt", answer_field: s
     return prompts
 
 
-@register("task", "file", provenance="INF", summary="prompts + reference answers from jsonl/parquet/saved datasets, exact-match verifier")
+@register("task", "file", provenance="INF",
+          summary="prompts + reference answers from jsonl/parquet/saved datasets, exact-match verifier")
 @dataclass
 class FileTask:
     train_path: str = ""
@@ -163,6 +169,8 @@ class FileTask:
     answer_field: str = "answer"
     answer_marker: str | None = None  # text after which the answer follows (e.g. "\\boxed{"), for DUET's abort
     answer_extract: str = "none"  # "####" or "boxed": the reference answer is taken out of the answer field
+    system_prompt: str | None = None  # the chat template's system message
+    chat_template: bool = True  # prompts through the tokenizer's chat template, if it has one
 
     # the verifier compares the response with the answer: the trainer checks every answer can be written
     answers_are_responses = True
@@ -175,6 +183,28 @@ class FileTask:
                                    rows_out=self._rows["train"], answer_extract=self.answer_extract)
         self._heldout = load_prompts(self.heldout_path, self.prompt_field, self.answer_field,
                                      rows_out=self._rows["held-out"], answer_extract=self.answer_extract)
+
+    def use_tokenizer(self, tokenizer) -> None:
+        """Render every prompt with the tokenizer's chat template (once; see the module's docstring)."""
+        if not (self.chat_template and getattr(tokenizer, "chat_template", None)):
+            if self.system_prompt is not None:
+                why = "chat_template is false" if not self.chat_template else \
+                    "the model's tokenizer has no chat template"
+                raise ValueError(f"task_options.system_prompt: set, but {why}, so there is no system message")
+            return
+        if getattr(self, "_templated", False):
+            return
+        system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt is not None else []
+        for split, prompts in (("train", self._train), ("held-out", self._heldout)):
+            for i, p in enumerate(prompts):
+                try:
+                    text = tokenizer.apply_chat_template(system + [{"role": "user", "content": p.text}],
+                                                         tokenize=False, add_generation_prompt=True)
+                except Exception as e:  # noqa: BLE001 - jinja's errors (e.g. a template without a system role)
+                    raise ValueError(f"{self.describe_prompt(split, i)}: the chat template failed on it "
+                                     f"({type(e).__name__}: {e})") from None
+                prompts[i] = replace(p, text=text)
+        self._templated = True
 
     def train_pool(self) -> list[Prompt]:
         return self._train
