@@ -205,3 +205,42 @@ def test_trainer_samples_from_the_templated_prompt(tmp_path):
     cfg.out = str(tmp_path / "r2")
     with pytest.raises(ValueError, match=r"t.jsonl: row 1: the prompt has text outside the model's vocabulary"):
         Trainer(cfg, log=lambda *a: None)
+
+
+# ---- the no-variance warning; --reward from the current directory -------------------------------------
+
+def _file_run(tmp_path, model, **over):
+    f = _jsonl(tmp_path / "t.jsonl", [{"prompt": f"{i}+1=", "answer": "zzzz"} for i in range(4)])
+    return load_config(None, {"task": "file", "task_options": {"train_path": f, "heldout_path": f}, "model": model,
+                              "steps": 2, "batch_size": 4, "n": 2, "max_new_tokens": 4, "eval_every": 0, **over})
+
+
+def test_warns_once_when_no_group_has_reward_variance(tmp_path, monkeypatch):
+    from rollwise.run.loop import Trainer
+
+    model = chat_llama(tmp_path / "llama")
+    logs = []
+    Trainer(_file_run(tmp_path, model, out=str(tmp_path / "none")), log=logs.append).run()
+    warnings = [m for m in logs if "equal rewards" in m]
+    assert warnings == ["warning: step 1: 4 of 4 groups had equal rewards (4 all wrong, 0 all right): nothing to "
+                        "learn; the model solves none of these prompts"]
+    (tmp_path / "always_right.py").write_text("def reward(response, answer):\n    return 1.0\n")
+    monkeypatch.chdir(tmp_path)  # the reward module is in the current directory only
+    monkeypatch.setattr("sys.path", [p for p in __import__("sys").path if p not in ("", str(tmp_path))])
+    logs.clear()
+    Trainer(_file_run(tmp_path, model, out=str(tmp_path / "all"), reward="always_right:reward"),
+            log=logs.append).run()
+    assert [m for m in logs if "equal rewards" in m] == [
+        "warning: step 1: 4 of 4 groups had equal rewards (0 all wrong, 4 all right): nothing to learn; the model "
+        "solves all of these prompts"]
+
+
+def test_no_warning_when_groups_vary(tmp_path, monkeypatch):
+    from rollwise.run.loop import Trainer
+
+    (tmp_path / "first_char.py").write_text("def reward(response, answer):\n    return float(response[:1] < 'm')\n")
+    monkeypatch.chdir(tmp_path)
+    logs = []
+    rows = Trainer(_file_run(tmp_path, chat_llama(tmp_path / "llama"), out=str(tmp_path / "r"), n=4,
+                             reward="first_char:reward"), log=logs.append).run()
+    assert rows[0]["zero_var_frac_gen"] < 0.9 and not [m for m in logs if "equal rewards" in m]

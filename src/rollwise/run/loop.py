@@ -101,6 +101,7 @@ class Trainer:
         self.step = 0
         self.skip_streak = 0  # steps in a row undone for a non-finite loss, gradient or weight
         self._scorer_seen = (0, 0)  # reward errors and scores at the last metrics row
+        self._warned_no_variance = False
 
     # ---- one step: the driver runs Control, Generate, Filter, Replay and Learn ----------------
     def train_step(self) -> dict:
@@ -140,6 +141,7 @@ class Trainer:
         self.ledger.learner_tokens += stats.pop("learner_tokens", 0)
         sizes = [g.n for g in batch.groups] or [0]
         generated = list(ctx.groups.values())
+        self._warn_no_variance(ctx.step + 1, generated)
         return {"step": ctx.step + 1, "tokens": view["tokens"], "step_tokens": view["tokens"] - tokens_before,
                 "rollouts": view["rollouts"], "prompts": len(generated),
                 "zero_var_frac_gen": sum(g.zero_variance for g in generated) / max(len(generated), 1),
@@ -151,6 +153,23 @@ class Trainer:
                 **{k: v for k, v in view.items() if k not in ("tokens", "rollouts")},
                 **out.staleness, **out.persist, **ctx.metrics, **stats, "reward_errors": self.scorer.errors,
                 "skipped_steps": self.guard.skipped}
+
+    NO_VARIANCE_STEPS, NO_VARIANCE_FRAC = 3, 0.9  # warn in the first 3 steps if >= 90% of groups are equal
+
+    def _warn_no_variance(self, step: int, groups) -> None:
+        """A run whose groups all score alike learns nothing (every advantage is 0); say so once, early,
+        with whether the model solves none or all of the prompts (e.g. a base model too weak for the data)."""
+        if step > self.NO_VARIANCE_STEPS or self._warned_no_variance or not groups:
+            return
+        equal = [g for g in groups if g.zero_variance]
+        if len(equal) < self.NO_VARIANCE_FRAC * len(groups):
+            return
+        self._warned_no_variance = True
+        right = sum(all(r.correct for r in g.rollouts) for g in equal)
+        wrong = sum(not any(r.correct for r in g.rollouts) for g in equal)
+        solves = "none" if wrong >= right else "all"
+        self.log(f"warning: step {step}: {len(equal)} of {len(groups)} groups had equal rewards ({wrong} all wrong, "
+                 f"{right} all right): nothing to learn; the model solves {solves} of these prompts")
 
     def _warn_reward_failures(self, step: int) -> None:
         """Failed rewards score 0 and the run goes on; when most of a step's fail, say so every step."""
