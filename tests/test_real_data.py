@@ -244,3 +244,74 @@ def test_no_warning_when_groups_vary(tmp_path, monkeypatch):
     rows = Trainer(_file_run(tmp_path, chat_llama(tmp_path / "llama"), out=str(tmp_path / "r"), n=4,
                              reward="first_char:reward"), log=logs.append).run()
     assert rows[0]["zero_var_frac_gen"] < 0.9 and not [m for m in logs if "equal rewards" in m]
+
+
+# ---- loggers ----------------------------------------------------------------------------------------
+
+def test_tensorboard_and_wandb_loggers_hold_the_metrics(tmp_path, monkeypatch):
+    pytest.importorskip("tensorboard")
+    pytest.importorskip("wandb")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from rollwise.cli import main
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))  # wandb's caches and settings stay in the test's directory
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
+    monkeypatch.setenv("WANDB_CACHE_DIR", str(tmp_path / "wandb-cache"))
+    model = chat_llama(tmp_path / "llama")
+    f = _jsonl(tmp_path / "t.jsonl", [{"prompt": f"{i}+1=", "answer": "2"} for i in range(4)])
+    out = tmp_path / "run"
+    assert main(["train", "--task", "file", "--model", model, "--out", str(out), "--steps", "2",
+                 "--logger", "jsonl,tensorboard,wandb", "--set", f"task_options={{train_path: {f}, heldout_path: {f}}}",
+                 "--set", "batch_size=2", "--set", "n=2", "--set", "max_new_tokens=3", "--set", "eval_every=1"]) == 0
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    ea = EventAccumulator(str(out / "tensorboard"))
+    ea.Reload()
+    assert [(e.step, e.value) for e in ea.Scalars("reward_mean")] == [(r["step"], pytest.approx(r["reward_mean"]))
+                                                                      for r in rows[1:]]
+    assert [e.step for e in ea.Scalars("eval_acc")] == [0, 1, 2]
+    runs = list((out / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1
+    history = wandb_history(next(runs[0].glob("run-*.wandb")))
+    assert [h["_step"] for h in history] == [0, 1, 2] and history[0]["eval_acc"] == rows[0]["eval_acc"]
+    assert [h["reward_mean"] for h in history[1:]] == [pytest.approx(r["reward_mean"]) for r in rows[1:]]
+
+
+def wandb_history(path) -> list[dict]:
+    """The history rows of an offline W&B run file: protobuf records in LevelDB-log framing (a 7-byte file
+    header, then 32 KiB blocks of chunks: crc32 (4), length (2), type (1: full, 2: first, 3: middle,
+    4: last)). wandb 0.31 has no Python reader of its own."""
+    import struct
+
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data, pos, buf, rows = path.read_bytes(), 7, b"", []
+    while pos + 7 <= len(data):
+        left = 32768 - pos % 32768
+        _, n, kind = struct.unpack("<IHB", data[pos: pos + 7]) if left >= 7 else (0, 0, 0)
+        if kind == 0:  # the rest of the block is padding
+            pos += left
+            continue
+        buf, pos = buf + data[pos + 7: pos + 7 + n], pos + 7 + n
+        if kind in (1, 4):
+            record = pb.Record()
+            record.ParseFromString(buf)
+            if record.WhichOneof("record_type") == "history":
+                rows.append({"".join(i.nested_key) or i.key: json.loads(i.value_json) for i in record.history.item})
+            buf = b""
+    return rows
+
+
+def test_a_logger_without_its_package_is_refused_at_load(monkeypatch):
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else find_spec(name, *a))
+    with pytest.raises(ValueError, match=r"loggers: wandb needs the wandb package: pip install 'rollwise\[logging\]'"):
+        load_config(None, {"loggers": ["jsonl", "wandb"]})
+    with pytest.raises(ValueError, match="loggers: unknown logger 'mlflow'; known: jsonl, tensorboard, wandb"):
+        load_config(None, {"loggers": ["mlflow"]})
+    assert load_config(None, {"loggers": ["tensorboard"]}).loggers == ["tensorboard"]

@@ -29,6 +29,8 @@ def _train_parser(sub):
                    help="async: rollouts come from a policy at most this many updates old (0 = synchronous)")
     p.add_argument("--reward", help="user reward 'module:function' called as fn(response, answer), or 'math' "
                    "(math-verify; reward_options.extract: auto, boxed, ####, number)")
+    p.add_argument("--logger", help="comma-separated: jsonl (always on), tensorboard, wandb (offline unless "
+                   "WANDB_MODE says otherwise); the last two need pip install 'rollwise[logging]'")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override any config key, dotted for nesting (e.g. learner.lr=1e-4); YAML values")
     p.add_argument("--allow-config-change", action="store_true", dest="allow_config_change",
@@ -46,6 +48,8 @@ def _overrides(args) -> dict:
                 "max_staleness"):
         if getattr(args, key, None) is not None:
             ov[key] = getattr(args, key)
+    if getattr(args, "logger", None) is not None:
+        ov["loggers"] = [name.strip() for name in args.logger.split(",") if name.strip()]
     for key in ("advantage", "loss", "loss_agg", "correction", "recompose"):
         if getattr(args, key, None) is not None:
             ov[f"learner.{key}"] = getattr(args, key)

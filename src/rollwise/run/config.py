@@ -51,6 +51,7 @@ class Config:
     reward_memory_mb: int = 4096  # address-space limit of the reward worker process (0 = none)
     reward_shaping: str | None = None  # a registered `shaping` added to every scored reward, e.g. "overlong"
     reward_shaping_options: dict = field(default_factory=dict)
+    loggers: list[str] = field(default_factory=lambda: ["jsonl"])  # + "tensorboard", "wandb"; jsonl always written
     max_skipped_steps: int = 3  # stop once this many steps in a row had a non-finite loss or gradient
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     # None: WarmStartConfig() with the task's `warmstart_defaults` on top (the keys a user sets win)
@@ -290,6 +291,9 @@ def check_fields(cfg: Config) -> None:
         if getattr(cfg, name) is not None and not getattr(cfg, name).strip():
             raise ValueError(f"{name} must not be an empty string")
     check_reward(cfg)
+    from .loggers import check_loggers
+
+    check_loggers(cfg.loggers)
     if cfg.eval_samples and not cfg.eval_k:
         raise ValueError(f"eval_samples is {cfg.eval_samples} but eval_k is 0: set eval_k (pass@k) too, or leave "
                          "eval_samples at 0")
@@ -399,7 +403,8 @@ def check_option_types(obj, options: dict, where: str) -> None:
 
 # Fields a resumed run may change: where it stops, how often it evaluates and checkpoints, and where the
 # run lives. None of them changes what a step computes. Any other change needs allow_config_change.
-RESUME_MAY_CHANGE = ("out", "steps", "budget_tokens", "eval_every", "eval_every_tokens", "checkpoint_every")
+RESUME_MAY_CHANGE = ("out", "steps", "budget_tokens", "eval_every", "eval_every_tokens", "checkpoint_every",
+                     "loggers")
 
 
 def flat(d: dict, prefix: str = "") -> dict:

@@ -3,9 +3,10 @@ with held-out evaluation, JSON-lines metrics and exact kill-and-resume checkpoin
 
 What protects a run and its directory:
 - `--out` is locked (flock on `<out>/.lock`) for the whole run: a second trainer on it fails at once.
-- A run writes only its own files (metrics.jsonl, config.json, checkpoint.pt, model/, config_changes.jsonl)
-  and never replaces one it did not write: a directory with those files but no checkpoint is refused
-  unless its config.json is this run's (a run that stopped before its first checkpoint).
+- A run writes only its own files (metrics.jsonl, config.json, checkpoint.pt, model/, config_changes.jsonl;
+  tensorboard/ and wandb/ if those loggers are on: run/loggers.py) and never replaces one it did not write:
+  a directory with those files but no checkpoint is refused unless its config.json is this run's (a run
+  that stopped before its first checkpoint).
 - A resume loads the checkpoint first, refuses a changed config unless allowed (run/config.py:
   RESUME_MAY_CHANGE), and only then writes config.json.
 - Checkpoints hold tensors and plain data only and load with `torch.load(weights_only=True)`: a file that
@@ -42,6 +43,7 @@ from ..tasks.shaping import ShapedScorer, build_shaping
 from .config import Config, config_changes, validate, RESUME_MAY_CHANGE
 from .driver import StepDriver
 from .evaluate import check_finite_weights, evaluate
+from .loggers import open_loggers
 
 CKPT = "checkpoint.pt"
 CKPT_FORMAT = 2  # 2: plain data only (weights_only loading), the run's config, skipped-step counters
@@ -102,6 +104,7 @@ class Trainer:
         self.skip_streak = 0  # steps in a row undone for a non-finite loss, gradient or weight
         self._scorer_seen = (0, 0)  # reward errors and scores at the last metrics row
         self._warned_no_variance = False
+        self.loggers = []  # tensorboard, wandb (run/loggers.py): opened by run()
 
     # ---- one step: the driver runs Control, Generate, Filter, Replay and Learn ----------------
     def train_step(self) -> dict:
@@ -187,6 +190,8 @@ class Trainer:
                 return self._run()
         finally:
             self.scorer.close()  # the reward worker never outlives the run
+            for logger in self.loggers:
+                logger.close()
 
     def _run(self) -> list[dict]:
         cfg = self.cfg
@@ -199,6 +204,7 @@ class Trainer:
         metrics_file = self.out / "metrics.jsonl"
         rows = _read_metrics(metrics_file, upto=self.step) if resumed else []  # drop lines after the checkpoint
         _write_metrics(metrics_file, rows)
+        self.loggers = open_loggers(cfg.loggers, self.out, cfg.to_dict())
         if resumed:
             self.log(f"resuming {self.out} from step {self.step}")
         evals = cfg.eval_every or cfg.eval_every_tokens
@@ -284,6 +290,8 @@ class Trainer:
         row = finite_row(row)
         with path.open("a") as f:
             f.write(json.dumps(row, allow_nan=False) + "\n")
+        for logger in self.loggers:
+            logger.log(row)
         return row
 
     # ---- checkpoints: everything needed to continue exactly ---------------------------------
