@@ -315,3 +315,16 @@ def test_a_logger_without_its_package_is_refused_at_load(monkeypatch):
     with pytest.raises(ValueError, match="loggers: unknown logger 'mlflow'; known: jsonl, tensorboard, wandb"):
         load_config(None, {"loggers": ["mlflow"]})
     assert load_config(None, {"loggers": ["tensorboard"]}).loggers == ["tensorboard"]
+
+
+def test_eval_scores_with_the_runs_reward(tmp_path, monkeypatch, capsys):
+    from rollwise.cli import main
+
+    (tmp_path / "always_right.py").write_text("def reward(response, answer):\n    return 1.0\n")
+    monkeypatch.chdir(tmp_path)
+    f = _jsonl(tmp_path / "t.jsonl", [{"prompt": "1+1=", "answer": "zzz"}])
+    args = ["eval", "--model", chat_llama(tmp_path / "llama"), "--set", "task=file", "--set", "max_new_tokens=3",
+            "--set", f"task_options={{train_path: {f}, heldout_path: {f}}}"]
+    assert main(args) == 0 and json.loads(capsys.readouterr().out)["eval_acc"] == 0.0  # the task's exact match
+    assert main(args + ["--reward", "always_right:reward"]) == 0
+    assert json.loads(capsys.readouterr().out)["eval_acc"] == 1.0

@@ -98,8 +98,7 @@ def cmd_eval(args) -> int:
     from .policy.warmstart import base_checkpoint
     from .run.config import load_config
     from .run.evaluate import check_finite_weights, evaluate
-    from .run.loop import load_policy
-    from .tasks.reward import Scorer
+    from .run.loop import load_policy, reward_scorer
 
     for name, least in (("size", 0), ("k", 0), ("samples", 0)):
         if getattr(args, name) < least:
@@ -118,8 +117,12 @@ def cmd_eval(args) -> int:
     except ValueError as e:
         raise ValueError(f"--model {path}: {e}") from None
     heldout = task.heldout()[: args.size or None]
-    out = evaluate(policy, heldout, Scorer(task.verify), None, cfg.max_new_tokens, args.k, args.samples,
-                   cfg.temperature, seed=cfg.seed)
+    scorer = reward_scorer(cfg, task)  # the run's --reward (e.g. math), as in training
+    try:
+        out = evaluate(policy, heldout, scorer, None, cfg.max_new_tokens, args.k, args.samples, cfg.temperature,
+                       seed=cfg.seed)
+    finally:
+        scorer.close()
     print(json.dumps({"model": str(path), "prompts": len(heldout), **out}))
     return 0
 
@@ -191,6 +194,7 @@ def main(argv=None) -> int:
     pe.add_argument("--size", type=int, default=0, help="held-out prompts (0 = all)")
     pe.add_argument("--k", type=int, default=0, help="pass@k (0 = off)")
     pe.add_argument("--samples", type=int, default=0, help="samples per prompt for pass@k")
+    pe.add_argument("--reward", help="score with this reward ('module:function' or 'math'), as a run does")
     pe.add_argument("--set", action="append", default=[])
     pw = sub.add_parser("warmstart", help="build a task's base checkpoint by a supervised warm start "
                                          "(the embedded default's ships with rollwise)")

@@ -89,12 +89,7 @@ class Trainer:
         self.planner = build_planner(cfg.planner, len(self.pool), self.rng, cfg.planner_options)
         if self.planner.draft_cost is not None:  # SPEC-RL's draft tokens, in decoded-token units
             self.ledger.draft_cost = self.planner.draft_cost
-        if cfg.reward:  # a user's function or "math": in a worker process, with a timeout and a memory limit
-            spec, path = builtin_reward(cfg.reward, cfg.reward_options) or (cfg.reward, [])
-            self.scorer = Scorer(spec, trusted=False, timeout_s=cfg.reward_timeout_s,
-                                 memory_mb=cfg.reward_memory_mb, path=path)
-        else:
-            self.scorer = Scorer(self.task.verify)
+        self.scorer = reward_scorer(cfg, self.task)
         if cfg.reward_shaping:  # e.g. DAPO's overlong penalty, added after scoring (tasks/shaping.py)
             self.scorer = ShapedScorer(self.scorer, build_shaping(cfg.reward_shaping, cfg.reward_shaping_options,
                                                                   cfg.max_new_tokens))
@@ -452,6 +447,15 @@ def check_prompts(task, pool, heldout, policy, cfg: Config) -> None:
 def _unknown(policy, text: str) -> str:
     bad = sorted({c for c in text if policy.unk_id in policy.tokenizer(c, add_special_tokens=False)["input_ids"]})
     return f"characters {bad}" if bad else "unknown tokens"
+
+
+def reward_scorer(cfg: Config, task) -> Scorer:
+    """The task's verifier, or the run's `reward` (a user's function or "math") in a worker process with a
+    timeout and a memory limit."""
+    if not cfg.reward:
+        return Scorer(task.verify)
+    spec, path = builtin_reward(cfg.reward, cfg.reward_options) or (cfg.reward, [])
+    return Scorer(spec, trusted=False, timeout_s=cfg.reward_timeout_s, memory_mb=cfg.reward_memory_mb, path=path)
 
 
 def build_trainer_engine(cfg: Config, policy, **overrides):
