@@ -328,3 +328,17 @@ def test_eval_scores_with_the_runs_reward(tmp_path, monkeypatch, capsys):
     assert main(args) == 0 and json.loads(capsys.readouterr().out)["eval_acc"] == 0.0  # the task's exact match
     assert main(args + ["--reward", "always_right:reward"]) == 0
     assert json.loads(capsys.readouterr().out)["eval_acc"] == 1.0
+
+
+def test_a_run_with_reward_math(tmp_path):
+    from rollwise.run.loop import Trainer
+
+    f = _jsonl(tmp_path / "t.jsonl", [{"question": f"{i}+1=", "answer": f"so #### {i + 1}"} for i in range(4)])
+    opts = {"train_path": f, "heldout_path": f, "prompt_field": "question", "answer_extract": "####"}
+    cfg = load_config(None, {"task": "file", "task_options": opts, "model": chat_llama(tmp_path / "llama"),
+                             "reward": "math", "reward_options": {"extract": "number"}, "out": str(tmp_path / "r"),
+                             "steps": 1, "batch_size": 4, "n": 2, "max_new_tokens": 3, "eval_every": 1})
+    tr = Trainer(cfg, log=lambda *a: None)
+    assert "_math_reward:number" == tr.scorer.worker.spec and [p.answer for p in tr.pool] == ["1", "2", "3", "4"]
+    rows = tr.run()
+    assert rows[-1]["reward_errors"] == 0 and rows[-1]["rollouts"] == 8 and "eval_acc" in rows[-1]
