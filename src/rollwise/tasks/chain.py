@@ -74,6 +74,7 @@ class ChainTask:
     heldout_level_weights: tuple[float, ...] | None = None  # default: uniform over levels
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
+    answer_marker = MARK  # the final answer follows it (DUET's abort stops a row shortly after it)
     # Defaults a run on this task needs (used when the user sets none; see run/config.py).
     max_new_tokens = 224  # a correct level-8 trace is <= 172 tokens; longer ones are cut ("length")
     # The base's recipe: a context for prompt (<= 74) + max_new_tokens, and 2400 steps of 32 examples
