@@ -220,8 +220,7 @@ class RewardWorker:
         self.proc, self._buf = proc, b""
         # the console script's sys.path lacks the current directory, where a user's reward module usually is
         path = self.path + [os.path.abspath(p) if p else os.getcwd() for p in sys.path] + [os.getcwd()]
-        init = {"spec": self.spec, "path": path,
-                "memory_mb": self.memory_mb}
+        init = {"spec": self.spec, "path": path, "memory_mb": self.memory_mb}
         line = _EOF
         try:
             proc.stdin.write((json.dumps(init) + "\n").encode())
