@@ -231,3 +231,14 @@ def test_train_with_treepo(tmp_path, small_policy, spec, advantage):
     assert rows[-1]["tokens"] == led.budget_tokens() == decoded
     assert led.count_rollouts("train") % 4 == 0  # one rollout per leaf, n = 4 leaves per tree
     assert rows[-1]["treepo/nodes"] > 8 * 4  # more nodes than leaves: the trees grew past one segment
+
+
+def test_async_mode_refuses_treepo_before_starting_workers(tmp_path, small_policy):
+    from conftest import SMALL
+    from rollwise.run.async_loop import AsyncLoop
+    from rollwise.run.config import load_config
+    from rollwise.run.loop import Trainer
+
+    cfg = load_config(None, {**SMALL, "out": str(tmp_path), "planner": "treepo", "mode": "async"})
+    with pytest.raises(ValueError, match="--mode async \\(Ray workers\\) cannot run planner 'treepo'"):
+        AsyncLoop(Trainer(cfg))
