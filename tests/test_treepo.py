@@ -127,19 +127,32 @@ def test_seeded_and_reproducible():
 
 
 def test_state_round_trips_and_resumes_exactly():
-    ctx = make_ctx(pool_size=4, B=2, n=4)
+    ctx = make_ctx(pool_size=2, B=2, n=4)
     engine = TokenEngine(lambda pid, j: [6, 10, 3][j % 3], max_tokens=12)
     opts = {"treepo": {"segment_tokens": 4, "branch": 1, "first_div_max": 3}}
-    planner = build_planner("treepo", 4, ctx.rng, opts)
-    run_step(planner, ctx, engine)
+    planner = build_planner("treepo", 2, ctx.rng, opts)
+    before, _, _ = run_step(planner, ctx, engine)
+    first = {g.prompt.id for g in before.groups}  # prompts seen at step 0: their roots go on from there
     ctx.step = 1
     ctx2, engine2 = copy.deepcopy(ctx), copy.deepcopy(engine)
-    resumed = build_planner("treepo", 4, ctx2.rng, opts)
+    resumed = build_planner("treepo", 2, ctx2.rng, opts)
     resumed.load_state_dict(copy.deepcopy(planner.state_dict()))
     a, _, _ = run_step(planner, ctx, engine)
     b, _, _ = run_step(resumed, ctx2, engine2)
     assert [shape(g) for g in a.groups] == [shape(g) for g in b.groups]
     assert ctx.ledger.tokens == ctx2.ledger.tokens and ctx.ledger.rollouts == ctx2.ledger.rollouts
+    assert min(r.meta["tree_path"][0] for g in a.groups for r in g.rollouts if g.prompt.id in first) >= 1
+
+
+def test_root_indices_are_unique_across_steps():
+    ctx = make_ctx(pool_size=2, B=2, n=4)
+    engine = TokenEngine(lambda pid, j: [6, 10][j % 2], max_tokens=12)
+    planner = build_planner("treepo", 2, ctx.rng, {"treepo": {"segment_tokens": 4}})
+    a, _, _ = run_step(planner, ctx, engine)
+    ctx.step = 1
+    b, _, _ = run_step(planner, ctx, engine)
+    roots = lambda batch: {r.meta["tree_path"][0] for g in batch.groups for r in g.rollouts}  # noqa: E731
+    assert roots(a) == {0, 1} and roots(b) == {2, 3}
 
 
 # ---- the tree-based advantage, by hand ----------------------------------------------------------------

@@ -32,7 +32,8 @@ rollwise's choices [INF]:
     seeded by (seed, step), as is the random first width: reproducible, and a resumed run draws the same.
 
 Tree structure for the learner: every leaf carries `meta["tree_path"]` = (root sample, branch, ...),
-indices unique within the prompt's step; the `treepo` advantage (learn/advantages.py) reads it.
+the root index unique among the prompt's samples of the whole run (so a leaf reused in a later step
+shares no subtree with new ones); the `treepo` advantage (learn/advantages.py) reads it.
 
 Cost: every node's segment is decoded once and charged once when it comes back. A node that several
 leaves continue (it has two branches or more, or a descendant has) is marked `meta["share"]`; the
@@ -54,7 +55,7 @@ class Tree:
     """One request's tree: its nodes by path, its leaves, the paths that go deeper after this step."""
 
     def __init__(self, request: Request, roots: dict[int, int]):
-        self.request, self.roots = request, roots  # roots: root samples per prompt this step, shared
+        self.request, self.roots = request, roots  # roots: root samples per prompt so far (the planner's)
         self.width = request.n  # W: leaves wanted
         self.nodes: dict[tuple, Rollout] = {}
         self.leaves: list[Rollout] = []
@@ -77,7 +78,7 @@ class Tree:
         """k new child indices of `parent`. A node with two branches or more, and every ancestor of it,
         is marked shared: several leaves will continue it."""
         counts, key = (self.branches, parent) if parent else (self.roots, self.request.prompt.id)
-        first = counts.get(key, 0)  # root indices stay unique across the prompt's trees of a step
+        first = counts.get(key, 0)  # root indices stay unique across the prompt's trees
         counts[key] = first + k
         if parent and first + k >= 2:
             for d in range(len(parent), 0, -1):
@@ -107,11 +108,12 @@ class TreePO(Component):
         self.segment_tokens, self.branch, self.first_div_max = int(segment_tokens), int(branch), first_div_max
         self.max_depth, self.seed = max_depth, int(seed)
         self._rng = np.random.default_rng([self.seed, 0])
-        self._roots: dict[int, int] = {}  # root samples per prompt this step (keeps tree paths unique)
+        # root samples drawn per prompt so far: tree paths stay unique across steps, so that a leaf reused
+        # in a later group (AR3PO's reuse, prompt replay) never shares a subtree with a new one
+        self._roots: dict[int, int] = {}
 
     def begin_step(self, ctx: StepContext) -> None:
         self._rng = np.random.default_rng([self.seed, ctx.step])
-        self._roots = {}
 
     def speculate(self, requests: list[Request], ctx: StepContext):
         """Grow one tree per request, a segment per wave; return each request's leaves as its Group."""
@@ -170,6 +172,12 @@ class TreePO(Component):
         seg = None if self.max_depth is not None and len(parent) + 1 >= self.max_depth else self.segment_tokens
         sampling = replace(req.sampling, segment_tokens=seg)
         return Request(req.prompt, k, req.purpose, sampling, prefix=t.nodes[parent] if parent else None)
+
+    def state_dict(self) -> dict:
+        return {"roots": [[int(k), int(v)] for k, v in self._roots.items()]}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._roots = {int(k): int(v) for k, v in state["roots"]}
 
     def _first_width(self) -> int:
         if self.first_div_max is None or self.first_div_max == self.branch:
