@@ -255,3 +255,20 @@ def test_async_mode_refuses_treepo_before_starting_workers(tmp_path, small_polic
     cfg = load_config(None, {**SMALL, "out": str(tmp_path), "planner": "treepo", "mode": "async"})
     with pytest.raises(ValueError, match="--mode async \\(Ray workers\\) cannot run planner 'treepo'"):
         AsyncLoop(Trainer(cfg))
+
+
+@pytest.mark.parametrize("spec", ["ar3po+treepo", "greso+treepo", "treepo+dapo", "prompt-replay+treepo"])
+def test_composes_and_every_token_is_charged_once(spec):
+    """Over four steps with stages (AR3PO), skips (GRESO), filters (DAPO) and replays: every token the
+    engine decoded is in the ledger once, as decoded or shared, and every rollout is settled."""
+    ctx = make_ctx(pool_size=6, B=3, n=4)
+    engine = TokenEngine(lambda pid, j: [6, 10, 3][(j + pid) % 3], rates={i: [0.0, 1.0, 0.5][i % 3] for i in range(6)},
+                         max_tokens=12)
+    planner = build_planner(spec, 6, ctx.rng, {"treepo": {"segment_tokens": 4}})
+    for s in range(4):
+        ctx.step = s
+        batch, _, _ = run_step(planner, ctx, engine, advance_version=True)
+        assert all(len({r.meta["tree_path"] for r in g.rollouts}) == g.n for g in batch.groups), spec
+    led = ctx.ledger
+    assert led.count(kind="shared") + led.count(kind="decoded") == engine.decoded and led.count(fate="open") == 0
+    assert led.count(kind="shared") > 0
