@@ -180,7 +180,8 @@ def test_tree_advantage_skips_flat_subgroups_on_request_and_is_rf_pp_baseline_wi
     inp = AdvInput(r, torch.zeros(4, dtype=torch.long), mask_NT=torch.ones(4, 1), tree_path_N=paths)
     # skip_flat: root 0's subgroup {1, 1} is left out, so leaves 0 and 1 keep only the d = 0 term .25
     raw = torch.tensor([0.25, 0.25, 0.375, -0.625], dtype=torch.float64)[:, None]
-    assert torch.allclose(treepo(inp, skip_flat=True).double(), masked_whiten(raw, torch.ones(4, 1).double()), atol=1e-6)
+    want = masked_whiten(raw, torch.ones(4, 1).double())
+    assert torch.allclose(treepo(inp, skip_flat=True).double(), want, atol=1e-6)
     plain = AdvInput(r, torch.tensor([0, 0, 1, 1]), mask_NT=torch.ones(4, 2), tree_path_N=[()] * 4)
     assert torch.allclose(treepo(plain), reinforce_pp_baseline(plain))
     with pytest.raises(ValueError, match="weight must be"):
@@ -191,7 +192,8 @@ def test_batch_input_carries_the_tree_paths():
     batch, _, _ = tree_step([6, 10])
     inp = batch_input(batch)
     assert inp.tree_path_N == [r.meta["tree_path"] for g in batch.groups for r in g.rollouts]
-    plain = Batch([Group(Prompt(0, "q", "1"), [Rollout(0, [1], torch.tensor([1]), torch.tensor([-1.0]), "x", "eos", 0)])])
+    row = Rollout(0, [1], torch.tensor([1]), torch.tensor([-1.0]), "x", "eos", 0)
+    plain = Batch([Group(Prompt(0, "q", "1"), [row])])
     assert batch_input(plain).tree_path_N == [()]
 
 
