@@ -70,6 +70,7 @@ def test_tree_shape_and_shared_tokens_by_hand():
     assert led.count(fate="trained") == 48 and led.count(fate="open") == 0
     assert led.budget_tokens() == 48 and led.reused_tokens == 0  # shared prefixes are not reuse across steps
     assert ctx.metrics["treepo/waves"] == 3 and ctx.metrics["treepo/nodes"] == 2 * (2 + 4 + 2)
+    assert ctx.metrics["treepo/trees"] == 2 and ctx.metrics["treepo/nodes_per_tree"] == 8
 
 
 def test_leaves_train_as_full_sequences_with_their_own_logprobs_and_versions():

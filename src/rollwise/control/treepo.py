@@ -137,8 +137,11 @@ class TreePO(Component):
                 nodes += g.n
             depth += 1
             wave = [w for t in trees.values() for w in self._grow(t)]
-        ctx.metrics.update({"treepo/nodes": ctx.metrics.get("treepo/nodes", 0.0) + nodes,
-                            "treepo/waves": ctx.metrics.get("treepo/waves", 0.0) + depth})
+        m = ctx.metrics  # summed over the step's rounds (AR3PO's stages grow more trees)
+        m["treepo/trees"] = m.get("treepo/trees", 0.0) + len(trees)
+        m["treepo/nodes"] = m.get("treepo/nodes", 0.0) + nodes
+        m["treepo/waves"] = m.get("treepo/waves", 0.0) + depth
+        m["treepo/nodes_per_tree"] = m["treepo/nodes"] / max(m["treepo/trees"], 1.0)  # segments decoded per prompt
         return [Group(r.prompt, list(trees[i].leaves) if i in trees else []) for i, r in enumerate(requests)]
 
     def _grow(self, t: Tree) -> list[tuple]:
