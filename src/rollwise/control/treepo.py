@@ -24,7 +24,10 @@ rollwise's choices [INF]:
     resumed partial rollout): its rollout holds prompt + every ancestor's segments + its own, with each
     token's behaviour log-prob and policy version, so a leaf trains as a full sequence. The torch
     engine prefills prompt + prefix again for every branch (charged as prompt tokens, prefill, not
-    decode); it does not share the parent's KV cache. vLLM's prefix caching does.
+    decode); it does not share the parent's KV cache. The vLLM engine's prefix caching would reuse it
+    (treepo has not been run on vLLM here).
+  * the paper's budget subtracts the paths still queued; waves here are synchronous (every path of a
+    wave is back before the next), so none is.
   * not implemented: the repetition detector and the "boxed answer" stop (a branch stops at EOS, at the
     token budget or at `max_depth`), and the log-prob-weighted split (only "fixed_avg").
   * cutting a leaf at segment boundary b is branching from its ancestor node at depth b (b = 0: fresh
