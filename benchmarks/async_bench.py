@@ -96,7 +96,7 @@ def main() -> None:
     (args.out / "summary.json").write_text(json.dumps(result, indent=2))
     lines = [f"# sync vs async vs partial rollouts on `{args.task}` ({args.budget:,} tokens, seeds {args.seeds})", "",
              f"Command: `{result['command']}`", "",
-             "| arm | acc at budget | AUC | steps | wall s (train) | tokens by fate | staleness histogram |",
+             "| arm | acc at budget | mean acc over budget | steps | wall s (train) | tokens by fate | staleness histogram |",
              "|---|---|---|---|---|---|---|"]
     for name, r in result["arms"].items():
         s = r["seeds"][0] if len(r["seeds"]) == 1 else None
@@ -105,7 +105,9 @@ def main() -> None:
         lines.append(f"| {name} | {r['acc_at_budget_mean']:.3f} | {r['auc_mean']:.4f} | "
                      f"{np.mean([x['steps'] for x in r['seeds']]):.0f} | "
                      f"{np.mean([x['wall_s'] for x in r['seeds']]):.0f} | {fate} | {hist} |")
-    lines += ["", f"Load average at start {result['load_avg_start'][0]:.1f}, at end {result['load_avg_end'][0]:.1f} "
+    lines += ["", f"Accuracy columns and steps: mean over seeds {args.seeds}; tokens by fate and the staleness "
+              f"histogram (steps by their largest lag): seed {args.seeds[0]}. Wall time: training only.",
+              "", f"Load average at start {result['load_avg_start'][0]:.1f}, at end {result['load_avg_end'][0]:.1f} "
               "(wall times are only comparable within one quiet run)."]
     (args.out / "report.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

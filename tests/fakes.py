@@ -24,6 +24,8 @@ class Engine:
     version (set by update_weights); `submitted` records every submission (a list of requests) and
     `calls` the number of requests in each."""
 
+    hidden_states = True  # nothing is ever running, so peek has nothing to show either way
+
     def __init__(self, rates, ntok=3):
         self.rates, self.ntok, self.seen, self.version = rates, ntok, {}, 0
         self.calls, self.submitted, self._queue = [], [], []
@@ -32,7 +34,7 @@ class Engine:
     def requests(self):
         return [q for sub in self.submitted for q in sub]
 
-    def submit(self, requests):
+    def submit(self, requests, hidden=False):
         self.calls.append(len(requests))
         self.submitted.append(list(requests))
         self._queue += requests
@@ -60,7 +62,7 @@ class Engine:
     def abort(self, request_ids):
         return []
 
-    def peek(self, request_ids):  # in-flight control: every request finishes within one poll, so none runs
+    def peek(self, request_ids, hidden=False):  # in-flight control: every request finishes within one poll
         return {}
 
     def stop(self, request_id, samples, reason):
@@ -140,16 +142,22 @@ class TokenEngine:
     step count, or `script(x, j)[position]` when a script is given; its log-prob -0.1 * version - 0.01 *
     position, so tests can see which policy made which token). Rows stop at their length (EOS), at max_tokens
     (length) or at a segment budget (partial); abort returns what each row has; peek shows each running
-    row's tokens and stop ends single rows ("stop": done, "pruned"). The j-th finished row of prompt x is
-    correct iff floor((j+1) p) > floor(j p)."""
+    row's tokens and stop ends single rows ("stop": done, "pruned"); with hidden=True peek also shows each
+    running row's hidden state `hidden(x, j, tokens so far)` (a 1-D float tensor). The j-th finished row of
+    prompt x is correct iff floor((j+1) p) > floor(j p), or `correct(x, j)` when given (j: the row's sample
+    index in its request)."""
 
-    def __init__(self, lengths, rates=None, max_tokens=20, script=None):
+    hidden_states = True
+
+    def __init__(self, lengths, rates=None, max_tokens=20, script=None, hidden=None, correct=None):
         self.lengths, self.rates, self.max_tokens, self.script = lengths, rates or {}, max_tokens, script
+        self.hidden = hidden or (lambda x, j, k: torch.tensor([float(x), float(j), float(k)]))
+        self.correct = correct
         self.version, self.queue, self.running, self.seen = 0, [], [], {}
         self.decoded = 0  # every token this engine produced: the ledger must match it
         self.submitted = []
 
-    def submit(self, requests):
+    def submit(self, requests, hidden=False):
         self.submitted.append(list(requests))
         for q in requests:
             pre = q.prefix
@@ -205,9 +213,14 @@ class TokenEngine:
         self.queue = [(q, r) for q, r in self.queue if q.id not in ids]
         return out
 
-    def peek(self, request_ids):
+    def peek(self, request_ids, hidden=False):
         ids = set(request_ids)
-        return {q.id: [None if r["state"] else torch.tensor(r["toks"], dtype=torch.long) for r in rows]
+
+        def show(q, j, r):
+            toks = torch.tensor(r["toks"], dtype=torch.long)
+            return (toks, self.hidden(q.prompt.id, j, len(toks)).float()) if hidden else toks
+
+        return {q.id: [None if r["state"] else show(q, j, r) for j, r in enumerate(rows)]
                 for q, rows in self.running if q.id in ids}
 
     def stop(self, request_id, samples, reason):
@@ -225,7 +238,7 @@ class TokenEngine:
         from rollwise.generate.engine import Finished
 
         out = []
-        for r in rows:
+        for j, r in enumerate(rows):
             state = r["state"]
             status = {"eos": "done", "length": "done", "stop": "done", "budget": "partial", "aborted": "aborted",
                       "pruned": "pruned"}[state]
@@ -237,11 +250,13 @@ class TokenEngine:
                 meta.update(prefix=pre, tokens_by_kind={"decoded": len(toks)})
                 toks, lps = torch.cat([pre.token_ids_T, toks]), torch.cat([pre.logprobs_T, lps])
             correct = False
-            if status == "done":
+            if status == "done" and self.correct is not None:
+                correct = bool(self.correct(q.prompt.id, j))
+            elif status == "done":
                 pid, p = q.prompt.id, self.rates.get(q.prompt.id, 0.5)
-                j = self.seen.get(pid, 0)
-                self.seen[pid] = j + 1
-                correct = int((j + 1) * p + 1e-9) > int(j * p + 1e-9)
+                c = self.seen.get(pid, 0)
+                self.seen[pid] = c + 1
+                correct = int((c + 1) * p + 1e-9) > int(c * p + 1e-9)
             out.append(Rollout(q.prompt.id, [1, 2], toks, lps, "x", state, pre.policy_version if pre else self.version,
                                q.purpose, reward=float(correct), correct=correct, status=status,
                                versions_T=versions, meta=meta))

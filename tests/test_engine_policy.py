@@ -23,10 +23,10 @@ def no_eos(pol):
     forward, full = pol.forward, pol.full_logits
 
     def masked(*a, **k):
-        logits, cache = forward(*a, **k)
+        logits, cache, *hidden = forward(*a, **k)
         logits = logits.clone()
         logits[..., pol.eos_id] = float("-inf")
-        return logits, cache
+        return (logits, cache, *hidden)
 
     def masked_full(ids, mask, output_hidden=False):
         out = full(ids, mask, output_hidden)

@@ -23,7 +23,8 @@ Hooks, in the order one step calls them::
     watch(requests, ctx)           in-flight control (`needs_inflight`): a callable for a wave of train
                                    requests, which the driver shows every running sample's tokens after
                                    each decode step and which returns Decisions: stop, prune or reweight
-                                   single samples (DUET's abort)
+                                   single samples (DUET's abort); a watcher with `hidden = True` also
+                                   gets each running sample's last-layer hidden state (ARRoL)
 
 **Asking for samples.** A hook that needs rollouts of its own (a pilot, a profile, an oracle
 measurement) is written as a generator: ``groups = yield [Request(p, m, purpose="pilot")]``. The step
@@ -182,12 +183,14 @@ class Decision:
     """What a wave's watcher decides for one running sample (sample `sample` of request `index` of the
     wave): `action` "stop" ends it as done (its answer is in), "pruned" ends it as dropped (the driver
     charges its tokens to fate "pruned" and takes it out of its group), "keep" lets it run. A `weight`
-    (not None) is an importance weight the rollout carries to the learner (Rollout.meta["is_weight"])."""
+    (not None) is an importance weight the rollout carries to the learner (Rollout.meta["is_weight"]);
+    `meta` (not None) are entries the rollout carries in Rollout.meta (ARRoL: what its head read)."""
 
     index: int
     sample: int
     action: str
     weight: float | None = None
+    meta: dict | None = None
 
 
 @dataclass
@@ -195,11 +198,13 @@ class Wave:
     """Requests the driver runs together. `enough(finished)`, given {request index: scored Group} of
     the requests finished so far, says when the rest may be aborted (their partial rows come back).
     `watch(running)`, given {request index: [each sample's tokens so far, or None once it stopped]}
-    after every decode step, returns Decisions for single samples (in-flight control)."""
+    after every decode step, returns Decisions for single samples (in-flight control); with `hidden`
+    each running sample is a pair (tokens_T, h_D), its last-layer hidden state at its last token."""
 
     requests: list[Request]
     enough: Callable[[dict], bool] | None = None
     watch: Callable[[dict], list[Decision]] | None = None
+    hidden: bool = False
 
 
 class Planner:
@@ -356,7 +361,7 @@ class Planner:
     def _watched(self, requests: list[Request], ctx: StepContext):
         """Train requests as a Wave with the in-flight component's watcher, if there is one."""
         watch = self.inflight[0].watch(requests, ctx) if self.inflight and requests else None
-        return requests if watch is None else Wave(requests, watch=watch)
+        return requests if watch is None else Wave(requests, watch=watch, hidden=bool(getattr(watch, "hidden", False)))
 
     def _round(self, requests: list[Request], ctx: StepContext):
         """Generate one round of train requests: one scored Group per request, in order."""

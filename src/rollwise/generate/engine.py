@@ -22,6 +22,10 @@ is refused by name when a planner asks for it):
                                      "pruned"; the driver charges their tokens to fate "pruned"). They come
                                      back in the request's Finished event, with its other samples.
 
+An engine that also declares `hidden_states = True` (the torch engine) takes `submit(requests, hidden=True)`
+and then answers `peek(request_ids, hidden=True)` with a pair (tokens_T, h_D) per running sample: the last
+layer's hidden state at its last token, read from the decode state (ARRoL's quality head needs it).
+
 Engines never touch the ledger: the driver charges what comes back, when it comes back. The built-in
 torch engine, the simulator and the test fakes implement this; `build_engine` resolves one by name.
 """

@@ -10,9 +10,10 @@ temperature-scaled distribution, the one the learner recomputes (RL runs use top
 
 Generation is a resumable `DecodeState`: `poll(max_steps)` advances it token by token, so a caller can
 act between tokens (abort a request and get its partial rollout back; look at each sample's tokens and
-stop single samples, the Engine protocol's optional in-flight control). Submitted requests are decoded
-in chunks of at most `max_rows` rows (whole requests), one chunk after the other, in submission order;
-the random stream is therefore the same however often the caller polls.
+stop single samples, the Engine protocol's optional in-flight control; requests submitted with
+`hidden=True` also show each running sample's last-layer hidden state, ARRoL's input). Submitted
+requests are decoded in chunks of at most `max_rows` rows (whole requests), one chunk after the other,
+in submission order; the random stream is therefore the same however often the caller polls.
 """
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ from .engine import STOP_REASONS, Finished, Progress
 
 @register("engine", "torch", provenance="INF", summary="built-in KV-cache sampler; finished rows leave the batch")
 class TorchEngine:
+    hidden_states = True  # submit(..., hidden=True) / peek(..., hidden=True): the optional hidden-state output
+
     def __init__(self, policy, temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 16,
                  seed: int = 0, max_rows: int = 1024):
         if not temperature >= 0 or not 0 < top_p <= 1 or max_new_tokens < 1:
@@ -36,6 +39,7 @@ class TorchEngine:
         self.version = policy.version
         self._queue: list[Request] = []
         self._state: DecodeState | None = None
+        self._hidden: set[int] = set()  # ids of requests whose decode state keeps hidden states
 
     @classmethod
     def for_policy(cls, policy, **kwargs) -> "TorchEngine":
@@ -48,10 +52,14 @@ class TorchEngine:
         self.gen.set_state(s["gen"])
 
     # ---- the Engine protocol ---------------------------------------------------------------
-    def submit(self, requests: list[Request]) -> None:
+    def submit(self, requests: list[Request], hidden: bool = False) -> None:
+        """Queue requests; `hidden`: their chunk keeps each running row's last-layer hidden state for
+        peek (the same forward passes, so the same tokens and random draws)."""
         for r in requests:
             if r.n < 0 or (r.prefix is not None and r.n != 1):
                 raise ValueError(f"request {r.id}: n must be >= 0 (and 1 with a prefix), got {r.n}")
+        if hidden:
+            self._hidden.update(r.id for r in requests)
         self._queue.extend(requests)
 
     @property
@@ -71,6 +79,7 @@ class TorchEngine:
                 steps += 1
             events += self._state.collect()
             if self._state.done:
+                self._hidden.difference_update(r.id for r in self._state.requests)
                 self._state = None
         if self._state is not None:
             events += self._state.progress()
@@ -82,15 +91,18 @@ class TorchEngine:
         if self._state is not None:
             out += self._state.abort(ids)
             if self._state.done:
+                self._hidden.difference_update(r.id for r in self._state.requests)
                 self._state = None
         for r in [r for r in self._queue if r.id in ids]:  # never started: no tokens
             self._queue.remove(r)
+            self._hidden.discard(r.id)
             out.append(Finished(r, Group(r.prompt, []), 0))
         return out
 
-    def peek(self, request_ids) -> dict[int, list]:
-        """The tokens each sample of these running requests has so far (None: it has stopped)."""
-        return self._state.peek(set(request_ids)) if self._state is not None else {}
+    def peek(self, request_ids, hidden: bool = False) -> dict[int, list]:
+        """The tokens each sample of these running requests has so far (None: it has stopped); with
+        `hidden` (requests submitted with hidden=True) a pair (tokens_T, h_D) per running sample."""
+        return self._state.peek(set(request_ids), hidden) if self._state is not None else {}
 
     def stop(self, request_id: int, samples, reason: str) -> None:
         """End these samples of a running request now, as "stop" (done) or "pruned" rows."""
@@ -172,6 +184,8 @@ class DecodeState:
         self.stopped: dict[int, str] = {}  # row -> how a caller ended it (engine.stop)
         self.version = engine.version
         self.t = 0
+        self.keep_hidden = any(r.id in engine._hidden for r in requests)
+        self.last_hidden = None  # h_BD of the running rows at their last token (keep_hidden only)
         self.active = torch.arange(R)[~self.finished]
         if len(self.active) == 0:
             return
@@ -184,10 +198,12 @@ class DecodeState:
             mask_UL[i, Lp - len(c):] = 1
         pos_UL = (mask_UL.cumsum(1) - 1).clamp(min=0)
         with torch.no_grad():
-            logits, cache = pol.forward(ids_UL, mask_UL, pos_UL, None)
+            logits, cache, h = self._forward(ids_UL, mask_UL, pos_UL, None)
         src = row_src[self.active]
         self.cache = pol.select_cache(cache, src)
         self.last_logits = logits[src, -1]
+        if h is not None:
+            self.last_hidden = h[src, -1]
         self.key_mask = mask_UL[src]
         self.pos = pos_UL[src, -1] + 1
         self.prompt_tokens = [len(c) for c in contexts]
@@ -221,9 +237,18 @@ class DecodeState:
             self.cache = pol.select_cache(self.cache, keep)
         self.active = act
         self.key_mask = torch.cat([self.key_mask, torch.ones(len(act), 1, dtype=torch.long)], dim=1)
-        logits, self.cache = pol.forward(tok.unsqueeze(1), self.key_mask, self.pos.unsqueeze(1), self.cache)
+        logits, self.cache, h = self._forward(tok.unsqueeze(1), self.key_mask, self.pos.unsqueeze(1), self.cache)
         self.last_logits = logits[:, -1]
+        if h is not None:
+            self.last_hidden = h[:, -1]
         self.pos = self.pos + 1
+
+    def _forward(self, *args):
+        """The policy's forward: (logits, cache, the last layer's hidden states, or None unless kept).
+        Without hidden states it is the plain call, so a run that keeps none is unchanged."""
+        if not self.keep_hidden:
+            return (*self.pol.forward(*args), None)
+        return self.pol.forward(*args, output_hidden=True)
 
     def _sample(self, logits_BV: torch.Tensor, rows: torch.Tensor):
         """Tokens, their log-probs and the entropies for the running `rows`. One temperature and top-p
@@ -292,12 +317,16 @@ class DecodeState:
             self._leave(rows)
         return [e for e in self.collect() if e.request.id in ids]
 
-    def peek(self, ids: set[int]) -> dict[int, list]:
+    def peek(self, ids: set[int], hidden: bool = False) -> dict[int, list]:
+        if hidden and not self.keep_hidden:
+            raise ValueError("peek: hidden states were not kept for these requests (submit them with hidden=True)")
         out, start = {}, 0
         fin, lengths = self.finished.tolist(), self.length.tolist()
+        at = {row: k for k, row in enumerate(self.active.tolist())} if hidden else {}  # row -> index in h_BD
         for u, req in enumerate(self.requests):
             if req.id in ids and u not in self.reported:
-                out[req.id] = [None if fin[i] else self.tok_buf[i, :lengths[i]] for i in range(start, start + req.n)]
+                out[req.id] = [None if fin[i] else (self.tok_buf[i, :lengths[i]], self.last_hidden[at[i]])
+                               if hidden else self.tok_buf[i, :lengths[i]] for i in range(start, start + req.n)]
             start += req.n
         return out
 
@@ -327,6 +356,8 @@ class DecodeState:
             self.pos, self.key_mask = self.pos[keep], self.key_mask[keep]
             self.cache = self.pol.select_cache(self.cache, keep)
             self.last_logits = self.last_logits[keep]
+            if self.last_hidden is not None:
+                self.last_hidden = self.last_hidden[keep]
 
     def _rollout(self, u: int, row: int) -> Rollout:
         req, k = self.requests[u], int(self.length[row])

@@ -233,7 +233,7 @@ class _Live:
 
 
 INFLIGHT_REFUSAL = ("the vllm engine does not offer in-flight control of single samples (the Engine protocol's "
-                    "optional peek/stop, which duet-abort needs); use --engine torch")
+                    "optional peek/stop, which duet-abort and arrol need); use --engine torch")
 
 
 @register("engine", "vllm", provenance="INF",

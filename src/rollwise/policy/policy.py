@@ -78,15 +78,18 @@ class Policy:
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)
 
     # ---- forward passes ------------------------------------------------------------------
-    def forward(self, input_ids_BT, key_mask_BS, position_ids_BT, cache=None):
-        """One incremental forward: returns logits_BTV and the updated KV cache."""
+    def forward(self, input_ids_BT, key_mask_BS, position_ids_BT, cache=None, output_hidden=False):
+        """One incremental forward: returns logits_BTV and the updated KV cache, and with `output_hidden`
+        the last layer's hidden states h_BTD (after the final norm, as `full_logits` gives them)."""
         if self.kind == "tiny":
-            return self.model(input_ids_BT, position_ids_BT, key_mask_BS, cache)
+            return self.model(input_ids_BT, position_ids_BT, key_mask_BS, cache, output_hidden=output_hidden)
         if cache is None:
             from transformers import DynamicCache
             cache = DynamicCache(config=self.model.config)
         out = self.model(input_ids=input_ids_BT, attention_mask=key_mask_BS, position_ids=position_ids_BT,
-                         use_cache=True, **{self._cache_kwarg: cache})
+                         use_cache=True, output_hidden_states=output_hidden, **{self._cache_kwarg: cache})
+        if output_hidden:
+            return out.logits, out.past_key_values, out.hidden_states[-1]
         return out.logits, out.past_key_values
 
     def select_cache(self, cache, index_B: torch.Tensor):

@@ -15,7 +15,7 @@ the tests (scripted engines, fake learners) all run a step through `StepDriver.r
 The driver is the only writer of the ledger: it charges every engine result as it comes back and
 settles every rollout's fate once the batch is known. Planners edit groups; the driver charges the
 edits (a rollout of this step that is not in the batch was discarded). Samples pruned in flight (a
-wave's watcher, DUET) are settled as "pruned" as soon as they come back and leave their groups.
+wave's watcher: DUET, ARRoL) are settled as "pruned" as soon as they come back and leave their groups.
 """
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ class StepDriver:
                 groups = [e.group for e in events]
                 self._score(groups)
             else:
-                events = self._stepwise(requests, wave.enough, wave.watch)
+                events = self._stepwise(requests, wave.enough, wave.watch, wave.hidden)
                 groups = [e.group for e in events]
         self.ledger.charge(groups, sum(e.prompt_tokens for e in events))
         self._drop_pruned(groups)
@@ -104,26 +104,33 @@ class StepDriver:
             else:  # partial rows have no answer yet: their reward comes when they finish
                 self.scorer.score([Group(g.prompt, [r for r in g.rollouts if r.status == "done"]) for g in groups])
 
-    def _stepwise(self, requests: list[Request], enough, watch) -> list[Finished]:
+    def _stepwise(self, requests: list[Request], enough, watch, hidden: bool = False) -> list[Finished]:
         """Poll a few decode steps at a time; once `enough` of the finished requests are in, abort the
         rest (APRIL): their partial rows come back with their tokens and log-probs. With a `watch`, poll
-        one step at a time and show it every running sample's tokens: its Decisions stop samples (so a
-        stop lands on the exact token) and give rollouts importance weights."""
+        one step at a time and show it every running sample's tokens (with `hidden`, also its last-layer
+        hidden state): its Decisions stop samples (so a stop lands on the exact token) and give rollouts
+        importance weights and meta entries."""
         eng = self.engine
         if watch is not None and not callable(getattr(eng, "peek", None)):
             raise ValueError(f"engine {type(eng).__name__} does not offer in-flight control of single samples "
                              "(the Engine protocol's optional peek/stop), which this planner needs")
-        eng.submit(requests)
+        if hidden and not getattr(eng, "hidden_states", False):
+            raise ValueError(f"engine {type(eng).__name__} does not expose hidden states in flight (the Engine "
+                             "protocol's optional submit/peek with hidden=True), which this planner needs")
+        if hidden:
+            eng.submit(requests, hidden=True)
+        else:  # the plain call: engines without hidden states need not take the keyword
+            eng.submit(requests)
         index = {r.id: i for i, r in enumerate(requests)}
         done: dict[int, Finished] = {}
         finished: dict[int, Group] = {}
-        weights: dict[int, dict[int, float]] = {}  # request id -> {sample: importance weight}
+        marks: dict[int, dict[int, dict]] = {}  # request id -> {sample: entries for its Rollout.meta}
 
         def take(e: Finished) -> None:
             done[e.request.id] = e
-            for j, w in weights.pop(e.request.id, {}).items():
-                if j < e.group.n:
-                    e.group.rollouts[j].meta["is_weight"] = w
+            for j, m in marks.pop(e.request.id, {}).items():
+                if j < e.group.n:  # the group holds every sample until _drop_pruned
+                    e.group.rollouts[j].meta.update(m)
 
         while len(done) < len(requests):
             events = [e for e in eng.poll(max_steps=1 if watch else self.poll_steps) if isinstance(e, Finished)]
@@ -134,20 +141,24 @@ class StepDriver:
                 take(e)
                 finished[index[e.request.id]] = e.group
             if watch is not None and len(done) < len(requests):
-                running = eng.peek([r.id for r in requests if r.id not in done])
+                rest = [r.id for r in requests if r.id not in done]
+                running = eng.peek(rest, hidden=True) if hidden else eng.peek(rest)
                 for d in watch({index[rid]: samples for rid, samples in running.items()}):
-                    self._decide(d, requests[d.index].id, weights)
+                    self._decide(d, requests[d.index].id, marks)
             if enough is not None and len(done) < len(requests) and enough(finished):
                 rest = [r.id for r in requests if r.id not in done]
                 for e in eng.abort(rest):
                     take(e)
         return [done[r.id] for r in requests]
 
-    def _decide(self, d: Decision, request_id: int, weights: dict) -> None:
+    def _decide(self, d: Decision, request_id: int, marks: dict) -> None:
         if d.action not in ("keep", "stop", "pruned"):
             raise ValueError(f"in-flight decision: action must be 'keep', 'stop' or 'pruned', not {d.action!r}")
-        if d.weight is not None:
-            weights.setdefault(request_id, {})[d.sample] = float(d.weight)
+        if d.weight is not None or d.meta:
+            m = marks.setdefault(request_id, {}).setdefault(d.sample, {})
+            m.update(d.meta or {})
+            if d.weight is not None:
+                m["is_weight"] = float(d.weight)
         if d.action != "keep":
             self.engine.stop(request_id, [d.sample], d.action)
 
