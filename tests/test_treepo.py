@@ -203,6 +203,7 @@ def test_batch_input_carries_the_tree_paths():
     ("april+treepo", "composes with neither another speculating component nor partial rollouts"),
     ("treepo+spec-rl", "composes with neither another speculating component"),
     ("treepo+duet-abort", "do not compose"),
+    ("treepo+arrol", "do not compose"),
 ])
 def test_conflicting_compositions_are_refused(spec, match):
     with pytest.raises(ValueError, match=match):
