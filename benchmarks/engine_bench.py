@@ -28,6 +28,13 @@ whichever engine it is). torch runs 1 thread by default: with 2 threads on this 
 with other jobs, OpenMP threads wait on each other and identical runs took anywhere from 15 s to 72 s;
 with 1 thread they agree within ~20%.
 No network and no downloads: everything is built locally.
+
+`--task NAME` (e.g. `--task chain`, the long-response task) runs the same comparison on that task's
+real prompts (its train pool), with its max_new_tokens and, for the long-tail mix, a mean length equal
+to the one its base checkpoint produces on those prompts at temperature 1 (measured in the warm-up).
+It adds a row `rollwise_base`: the TorchEngine on the task's base itself, whose lengths are the task's
+real length mix (a tail of wrong answers cut at max_new_tokens included). Results then go to
+benchmarks/results/engine_bench_NAME.json and .md.
 """
 from __future__ import annotations
 
@@ -119,6 +126,21 @@ def set_eos_bias(pol, q: float) -> None:
         head.bias[pol.eos_id] = eos_bias(q, head.out_features)
 
 
+def task_prompts_and_base(name: str, count: int):
+    """A task's first `count` train-pool prompts, its base checkpoint (as `rollwise train --task NAME`
+    resolves it) and its max_new_tokens."""
+    from rollwise.core import registry
+    from rollwise.policy.policy import Policy
+    from rollwise.policy.warmstart import base_checkpoint
+    from rollwise.run.config import load_config
+
+    cfg = load_config(None, {"task": name})
+    task = registry.get("task", name).obj(**cfg.task_options)
+    base = Policy.load(base_checkpoint(task, cfg.warmstart))
+    base.model.eval()
+    return task.train_pool()[:count], base, cfg.max_new_tokens
+
+
 def run_rollwise(pol, prompts, n: int, max_new: int, seed: int) -> dict:
     from rollwise.core.types import Request
     from rollwise.generate.engine import run_sync
@@ -164,10 +186,13 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--prompts", type=int, default=32)
     ap.add_argument("--n", type=int, default=8, help="samples per prompt")
-    ap.add_argument("--max-new", type=int, default=256, help="max_new_tokens of the long-tail mix")
-    ap.add_argument("--max-new-equal", type=int, default=128,
-                    help="max_new_tokens of the equal mix (every row runs to it; 128 keeps the run short)")
-    ap.add_argument("--mean-len", type=float, default=30.0, help="target mean length of the long-tail mix")
+    ap.add_argument("--max-new", type=int, help="max_new_tokens of the long-tail mix (default 256; with "
+                                                   "--task: the task's)")
+    ap.add_argument("--max-new-equal", type=int,
+                    help="max_new_tokens of the equal mix (every row runs to it; default 128, which keeps the "
+                         "run short; with --task: the task's)")
+    ap.add_argument("--mean-len", type=float, help="target mean length of the long-tail mix (default 30; with "
+                                                   "--task: its base's)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads (1: with 2 threads on this shared 2-core machine identical runs "
@@ -175,8 +200,14 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--mixes", nargs="+", default=["equal", "long_tail"], choices=["equal", "long_tail"])
     ap.add_argument("--no-tiny", action="store_true", help="skip the TinyGPT rows")
-    ap.add_argument("--out", default=str(HERE / "results" / "engine_bench.json"))
+    ap.add_argument("--task", default="arithmetic",
+                    help="prompts from this task; another than arithmetic also runs its base (real lengths)")
+    ap.add_argument("--out", default=None, help="default benchmarks/results/engine_bench[_TASK].json")
     args = ap.parse_args(argv)
+    argv_given = sys.argv[1:] if argv is None else argv
+    if args.out is None:
+        name = "engine_bench.json" if args.task == "arithmetic" else f"engine_bench_{args.task}.json"
+        args.out = str(HERE / "results" / name)
 
     warnings.filterwarnings("ignore")
     import transformers
@@ -184,7 +215,21 @@ def main(argv=None) -> int:
     from rollwise.tasks.arithmetic import ArithmeticTask
 
     torch.set_num_threads(args.threads)
-    prompts = ArithmeticTask(pool_size=200).train_pool()[: args.prompts]
+    base = None
+    if args.task == "arithmetic":
+        prompts = ArithmeticTask(pool_size=200).train_pool()[: args.prompts]
+        args.max_new = args.max_new or 256
+        args.max_new_equal = args.max_new_equal or 128
+        args.mean_len = args.mean_len or 30.0
+    else:
+        prompts, base, task_max_new = task_prompts_and_base(args.task, args.prompts)
+        args.max_new = args.max_new or task_max_new
+        args.max_new_equal = args.max_new_equal or task_max_new
+        # the base's own mean length on these prompts sets the long-tail mix of the random models
+        if args.mean_len is None:
+            r = run_rollwise(base, prompts, args.n, args.max_new, 10_000)
+            args.mean_len = statistics.mean(r["lengths"])
+            print(f"[task {args.task}] base mean length {args.mean_len:.1f} tokens", flush=True)
     max_pos = max(300, max(len(p.text) for p in prompts) + max(args.max_new, args.max_new_equal) + 8)
     q_of = {"equal": 0.0, "long_tail": 1.0 / args.mean_len}
     max_new_of = {"equal": args.max_new_equal, "long_tail": args.max_new}
@@ -194,11 +239,13 @@ def main(argv=None) -> int:
         hf = build_hf_policy(Path(tmp) / "llama", max_pos, args.seed)
         tiny = None if args.no_tiny else build_tiny_policy(max_pos, args.seed)
 
-    def engine_fns(max_new):
+    def engine_fns(max_new, mix="long_tail"):
         fns = {"rollwise_hf": lambda seed: run_rollwise(hf, prompts, args.n, max_new, seed),
                "generate_hf": lambda seed: run_generate(hf, prompts, args.n, max_new, seed)}
         if tiny is not None:
             fns["rollwise_tiny"] = lambda seed: run_rollwise(tiny, prompts, args.n, max_new, seed)
+        if base is not None and mix == "long_tail":  # the task's own lengths
+            fns["rollwise_base"] = lambda seed: run_rollwise(base, prompts, args.n, max_new, seed)
         return fns
 
     def set_mix(mix):
@@ -218,7 +265,7 @@ def main(argv=None) -> int:
     for mix in args.mixes:
         set_mix(mix)
         max_new = max_new_of[mix]
-        engines = engine_fns(max_new)
+        engines = engine_fns(max_new, mix)
         runs = {k: [] for k in engines}
         probes = []
         order = list(engines)
@@ -248,14 +295,16 @@ def main(argv=None) -> int:
             entry["rollwise_tiny"]["generate"] = "n/a (TinyGPT is not a transformers model; no .generate)"
             entry["ratio_tiny_over_hf_rollwise"] = round(s["rollwise_tiny"]["tokens_per_s_median"]
                                                          / s["rollwise_hf"]["tokens_per_s_median"], 3)
+        if "rollwise_base" in s:
+            entry["rollwise_base"] = s["rollwise_base"]
+            entry["rollwise_base"]["model"] = f"the {args.task} task's base checkpoint (real length mix)"
         results[mix] = entry
 
     total = time.perf_counter() - t_start
     doc = {
         "benchmark": "engine_bench",
         "goal": "rollwise TorchEngine >= 1.5x transformers generate (generated tokens/s) on the long-tail mix",
-        "command": "python benchmarks/engine_bench.py" + ("" if argv is None and len(sys.argv) == 1
-                                                       else " " + " ".join(sys.argv[1:] if argv is None else argv)),
+        "command": "python benchmarks/engine_bench.py" + ("" if not argv_given else " " + " ".join(argv_given)),
         "machine": {"date": dt.datetime.now().isoformat(timespec="seconds"), "torch": torch.__version__,
                     "transformers": transformers.__version__, "python": platform.python_version(),
                     "platform": platform.platform(), "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
@@ -263,7 +312,7 @@ def main(argv=None) -> int:
         "config": {"model": f"LlamaForCausalLM hidden {HIDDEN}, {LAYERS} layers, {HEADS} heads, intermediate {INTER}, "
                             f"vocab {hf.model.lm_head.out_features} (char tokenizer), random init seed {args.seed}",
                    "tiny_model": None if tiny is None else f"TinyGPT n_embd {HIDDEN}, {LAYERS} layers, {HEADS} heads",
-                   "prompts": args.prompts, "n": args.n, "rows": args.prompts * args.n,
+                   "task": args.task, "prompts": args.prompts, "n": args.n, "rows": args.prompts * args.n,
                    "max_new_tokens": {"equal": args.max_new_equal, "long_tail": args.max_new},
                    "long_tail_mean_len_target": args.mean_len,
                    "repeats": args.repeats, "sampling": "temperature 1, top_p 1 (generate: do_sample, top_k 0)"},
@@ -300,6 +349,10 @@ def markdown(doc: dict) -> str:
             t = e["rollwise_tiny"]
             lines.append(f"| {mix} | rollwise TorchEngine | TinyGPT | {t['tokens_per_s_median']} | {t['mean_len']} | "
                          f"{t['max_len']} | n/a (no generate) |")
+        if "rollwise_base" in e:
+            t = e["rollwise_base"]
+            lines.append(f"| {mix} | rollwise TorchEngine | {c.get('task')} base (real lengths) | "
+                         f"{t['tokens_per_s_median']} | {t['mean_len']} | {t['max_len']} | n/a (no generate) |")
     lines += ["", "Tokens/s counts the tokens each engine actually generated (up to and including EOS). Ratios are "
               "median(rollwise)/median(generate); the paired median is the median of per-repeat ratios of "
               "back-to-back runs. The machine is shared, so absolute tokens/s swing; compare the ratios. "

@@ -21,7 +21,7 @@ def _train_parser(sub):
     p.add_argument("--loss-agg", dest="loss_agg")
     p.add_argument("--correction")
     p.add_argument("--recompose")
-    p.add_argument("--task", help="task name (arithmetic, file)")
+    p.add_argument("--task", help="task name (arithmetic, chain, file)")
     p.add_argument("--engine", help="engine that samples: a registered name (torch) or 'module:Class'")
     p.add_argument("--mode", choices=["sync", "async"], help="async: Ray rollout workers run ahead of the learner")
     p.add_argument("--workers", type=int, help="async: rollout workers (Ray actors)")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import shlex
 import sys
 
-from .runner import MIXES, BenchConfig, run_all
+from .runner import BenchConfig, run_all, task_bench_defaults, task_mixes
 
 QUICK = dict(planners=["uniform", "dapo", "greso", "oracle"], seeds=2, budget_tokens=40_000, eval_size=1000)
 
@@ -13,7 +13,10 @@ def add_bench_parser(sub) -> None:
     p = sub.add_parser("bench", help="equal-budget comparison of planners against GRPO")
     p.add_argument("--quick", action="store_true", help="a few planners, 2 seeds, small budget (~10 min on 2 cores)")
     p.add_argument("--planners", help="comma-separated planner specs (uniform = GRPO is always included)")
-    p.add_argument("--mixes", help=f"comma-separated pool difficulty mixes: {', '.join(MIXES)}")
+    p.add_argument("--task", default="arithmetic",
+                   help="a registered task (arithmetic, chain, ...); its defaults set the budget and mixes")
+    p.add_argument("--mixes", help="comma-separated pool difficulty mixes (arithmetic: default, easy, hard; "
+                                   "another task: its own `bench_mixes`, or default)")
     p.add_argument("--seeds", type=int)
     p.add_argument("--budget", type=int, help="generated tokens per run")
     p.add_argument("--jobs", type=int, default=2, help="runs at once (one core each)")
@@ -40,7 +43,10 @@ def cmd_bench(args) -> int:
     # SIGTERM unwinds like Ctrl-C, so run_all's cleanup stops the trainers it started
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
-    kw = dict(QUICK) if args.quick else {}
+    kw = task_bench_defaults(args.task)  # e.g. a budget sized to the task's response lengths
+    if args.quick:
+        kw.update({k: v for k, v in QUICK.items() if k not in kw})
+    kw["task"] = args.task
     if args.planners:
         kw["planners"] = [p.strip() for p in args.planners.split(",") if p.strip()]
     for key in ("seeds", "jobs", "eval_size", "pool_size", "engine", "sim_profile"):
@@ -50,9 +56,10 @@ def cmd_bench(args) -> int:
         kw["budget_tokens"] = args.budget
     if args.mixes:
         kw["mixes"] = [m.strip() for m in args.mixes.split(",")]
-        bad = [m for m in kw["mixes"] if m not in MIXES]
+        mixes = task_mixes(args.task)
+        bad = [m for m in kw["mixes"] if m not in mixes]
         if bad:
-            raise ValueError(f"unknown mix {bad[0]!r}; available: {', '.join(MIXES)}")
+            raise ValueError(f"unknown mix {bad[0]!r} for task {args.task!r}; available: {', '.join(mixes)}")
     from ..cli import _parse_value
 
     extra = {}

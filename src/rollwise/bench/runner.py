@@ -16,8 +16,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# Difficulty mixes of the train pool (weights of levels 1..6). The default is chosen so that roughly
-# 30-60% of GRPO's groups are zero-variance at the base checkpoint, as the papers report on real data.
+# Difficulty mixes of the arithmetic task's train pool (weights of levels 1..6). The default is chosen so
+# that roughly 30-60% of GRPO's groups are zero-variance at the base checkpoint, as the papers report on
+# real data. Another task brings its own (`bench_mixes`, see task_mixes).
 MIXES = {
     "default": (1, 1, 1, 1, 1, 1),
     "easy": (4, 4, 2, 1, 0.5, 0.5),
@@ -26,6 +27,24 @@ MIXES = {
 
 
 PROGRESS_EVERY_S = 10  # how often run_all prints where each running run is
+
+
+def task_mixes(task: str) -> dict:
+    """The pool difficulty mixes a bench on `task` offers, {name: level weights}: MIXES for the arithmetic
+    task, a task's own `bench_mixes`, or else only "default" (None: the task's own pool, unchanged)."""
+    if task == "arithmetic":
+        return MIXES
+    from ..core import registry
+
+    return dict(getattr(registry.get("task", task).obj, "bench_mixes", None) or {"default": None})
+
+
+def task_bench_defaults(task: str) -> dict:
+    """BenchConfig settings a task declares (`bench_defaults`: e.g. a budget sized to its response
+    lengths); the arithmetic task's are BenchConfig's own."""
+    from ..core import registry
+
+    return dict(getattr(registry.get("task", task).obj, "bench_defaults", None) or {})
 
 
 @dataclass
@@ -44,6 +63,7 @@ class BenchConfig:
     extra: dict = field(default_factory=dict)  # more config overrides for every run
     engine: str = "torch"  # "torch": the tiny model; "sim": the population simulator (sim/bench.py)
     sim_profile: str = "tiny"  # the simulator's parameters (sim/profiles.py)
+    task: str = "arithmetic"  # a registered task; its mixes are task_mixes(task)
 
 
 class BenchFailed(RuntimeError):
@@ -80,10 +100,29 @@ def run_settings(cfg: BenchConfig, mix: str, planner: str, seed: int) -> dict:
     return {
         "planner": planner, "seed": seed, "steps": 100_000, "budget_tokens": cfg.budget_tokens,
         "eval_every": 0, "eval_every_tokens": eval_tokens(cfg), "eval_size": cfg.eval_size, "checkpoint_every": 10,
-        "task_options": {"pool_size": cfg.pool_size, "level_weights": list(MIXES[mix])},
+        # the arithmetic task is the default and unnamed, so runs recorded before tasks had a name match
+        **({"task": cfg.task} if cfg.task != "arithmetic" else {}),
+        "task_options": pool_options(cfg, mix),
         **({"engine": cfg.engine} if cfg.engine != "torch" else {}),
         **extra,
     }
+
+
+def pool_options(cfg: BenchConfig, mix: str) -> dict:
+    """The task options that set the train pool: its size and the mix's level weights, where the task
+    takes them (a file task takes neither: its pool is its file)."""
+    import inspect
+
+    from ..core import registry
+
+    mixes = task_mixes(cfg.task)
+    if mix not in mixes:
+        raise ValueError(f"task {cfg.task!r} has no mix {mix!r}; available: {', '.join(mixes)}")
+    params = inspect.signature(registry.get("task", cfg.task).obj).parameters
+    out = {"pool_size": cfg.pool_size} if "pool_size" in params else {}
+    if mixes[mix] is not None:
+        out["level_weights"] = list(mixes[mix])
+    return out
 
 
 def run_command(cfg: BenchConfig, mix: str, planner: str, seed: int) -> list[str]:
@@ -227,11 +266,12 @@ def progress_line(cfg: BenchConfig, key: tuple) -> str | None:
 
 
 def _ensure_base(cfg: BenchConfig, log) -> None:
-    """Build the shared base checkpoint once, before the parallel runs race to build it."""
-    from ..policy.warmstart import WarmStartConfig, base_checkpoint
-    from ..tasks.arithmetic import ArithmeticTask
+    """Build the shared base checkpoint once, before the parallel runs race to build it: the one the
+    first run resolves (its task, the task's warm-start defaults, any `--set warmstart...`)."""
+    from ..core import registry
+    from ..policy.warmstart import base_checkpoint
+    from ..run.config import load_config
 
-    ws_opts = dict(cfg.extra.get("warmstart", {}))
-    ws_opts.update({k.split(".", 1)[1]: v for k, v in cfg.extra.items() if k.startswith("warmstart.")})
-    ws = WarmStartConfig(**ws_opts)
-    base_checkpoint(ArithmeticTask(pool_size=cfg.pool_size), ws, log=log)
+    run = load_config(None, run_settings(cfg, cfg.mixes[0], cfg.planners[0], 0))
+    if run.model is None:
+        base_checkpoint(registry.get("task", run.task).obj(**run.task_options), run.warmstart, log=log)

@@ -1,5 +1,5 @@
 """Registries by name: every swappable part (planner component, advantage, loss, correction,
-recomposition, engine, task) registers itself under a kind and a name.
+recomposition, engine, task, reward shaping) registers itself under a kind and a name.
 
 Each entry carries a provenance tag, shown by `rollwise list`:
   CODE = rule read from the official code, ABS = from the paper's abstract, SEC = from a secondary
@@ -19,7 +19,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
-KINDS = ("planner", "advantage", "loss", "aggregation", "correction", "recompose", "engine", "task")
+KINDS = ("planner", "advantage", "loss", "aggregation", "correction", "recompose", "engine", "task", "shaping")
 
 
 @dataclass(frozen=True)

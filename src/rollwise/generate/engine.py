@@ -73,6 +73,17 @@ class Engine(Protocol):
     def pending(self) -> int: ...
 
 
+def request_params(req: Request, temperature: float, top_p: float, max_new_tokens: int) -> tuple[float, float, int]:
+    """(temperature, top_p, max_tokens) of a request: its own SamplingParams, else the engine's defaults."""
+    s = req.sampling
+    t = temperature if s.temperature is None else float(s.temperature)
+    p = top_p if s.top_p is None else float(s.top_p)
+    m = max_new_tokens if s.max_tokens is None else int(s.max_tokens)
+    if not t >= 0 or not 0 < p <= 1 or m < 0:
+        raise ValueError(f"request {req.id}: need temperature >= 0, 0 < top_p <= 1, max_tokens >= 0")
+    return t, p, m
+
+
 def run_sync(engine: Engine, requests: list[Request]) -> list[Finished]:
     """Submit all, poll until done; Finished events in request order (ids must be unique)."""
     if not requests:

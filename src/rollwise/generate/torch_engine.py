@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from ..core.registry import register
 from ..core.types import Group, Request, Rollout
-from .engine import STOP_REASONS, Finished, Progress
+from .engine import STOP_REASONS, Finished, Progress, request_params
 
 
 @register("engine", "torch", provenance="INF", summary="built-in KV-cache sampler; finished rows leave the batch")
@@ -126,13 +126,7 @@ class TorchEngine:
         return chunk
 
     def params(self, req: Request) -> tuple[float, float, int]:
-        s = req.sampling
-        t = self.temperature if s.temperature is None else float(s.temperature)
-        p = self.top_p if s.top_p is None else float(s.top_p)
-        m = self.max_new_tokens if s.max_tokens is None else int(s.max_tokens)
-        if not t >= 0 or not 0 < p <= 1 or m < 0:
-            raise ValueError(f"request {req.id}: need temperature >= 0, 0 < top_p <= 1, max_tokens >= 0")
-        return t, p, m
+        return request_params(req, self.temperature, self.top_p, self.max_new_tokens)
 
 
 class DecodeState:

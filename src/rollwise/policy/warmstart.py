@@ -137,6 +137,8 @@ def supervised_warm_start(task, cfg: WarmStartConfig, log=print, on_step=None) -
     policy = Policy(model, tok, "tiny")
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
     examples = task.sft_examples(cfg.steps * cfg.batch_size, seed=10_000 + cfg.seed)
+    if getattr(task, "sft_group_by_length", False):  # a long-response task: little padding per batch
+        examples = group_by_length(examples, cfg.batch_size, np.random.default_rng(cfg.seed))
     t0 = time.time()
     model.train()
     for step in range(cfg.steps):
@@ -167,6 +169,21 @@ def supervised_warm_start(task, cfg: WarmStartConfig, log=print, on_step=None) -
             model.train()
     model.eval()
     return policy
+
+
+def group_by_length(examples: list, batch_size: int, rng: np.random.Generator, window: int = 16) -> list:
+    """The examples reordered so that each batch (consecutive `batch_size` of them) holds responses of
+    similar length: within each window of `window` batches, sort by response length, cut into batches
+    and shuffle their order (the length grouping of Hugging Face's Trainer). Batches are padded to their
+    longest row, so with lengths from 15 to 200 tokens this halves the tokens a step computes."""
+    out = []
+    span = batch_size * window
+    for s in range(0, len(examples), span):
+        chunk = sorted(examples[s: s + span], key=lambda e: len(e[1]))
+        batches = [chunk[i: i + batch_size] for i in range(0, len(chunk), batch_size)]
+        for b in rng.permutation(len(batches)):
+            out += batches[b]
+    return out
 
 
 def base_report(policy: Policy, task, max_new_tokens: int = 16) -> dict:

@@ -31,7 +31,7 @@ class Config:
     n: int = 8  # default samples per prompt
     temperature: float = 1.0
     top_p: float = 1.0
-    max_new_tokens: int = 10
+    max_new_tokens: int | None = None  # None: the task's default (its `max_new_tokens` attribute), else 10
     engine: str = "torch"  # a registered engine, or 'module:Class'
     mode: str = "sync"  # "sync": one step at a time; "async": Ray rollout workers ahead of the learner
     workers: int = 1  # async: rollout workers (Ray actors), each with its own engine and policy copy
@@ -48,9 +48,21 @@ class Config:
     reward: str | None = None  # "module:function" user reward, called as fn(response, answer)
     reward_timeout_s: float = 5.0  # seconds one call of the reward worker (a group's rollouts) may take
     reward_memory_mb: int = 4096  # address-space limit of the reward worker process (0 = none)
+    reward_shaping: str | None = None  # a registered `shaping` added to every scored reward, e.g. "overlong"
+    reward_shaping_options: dict = field(default_factory=dict)
     max_skipped_steps: int = 3  # stop once this many steps in a row had a non-finite loss or gradient
     learner: LearnerConfig = field(default_factory=LearnerConfig)
-    warmstart: WarmStartConfig = field(default_factory=WarmStartConfig)
+    # None: WarmStartConfig() with the task's `warmstart_defaults` on top (the keys a user sets win)
+    warmstart: WarmStartConfig | None = None
+
+    def __post_init__(self):
+        # A task may declare the response length and the warm-start settings it needs (a long-response
+        # task needs a larger context); they apply where the user set none. The arithmetic task declares
+        # neither: 10 tokens and the plain WarmStartConfig, so its shipped base is found as before.
+        if self.max_new_tokens is None:
+            self.max_new_tokens = int(task_defaults(self.task)["max_new_tokens"])
+        if self.warmstart is None:
+            self.warmstart = WarmStartConfig(**task_defaults(self.task)["warmstart"])
 
     explicit: frozenset = frozenset()  # learner keys the user set (not written to config.json)
 
@@ -60,6 +72,18 @@ class Config:
         return d
 
 
+DEFAULT_MAX_NEW_TOKENS = 10
+
+
+def task_defaults(task: str) -> dict:
+    """What a task declares for the runs on it: `max_new_tokens` and `warmstart_defaults`."""
+    from ..core import registry
+
+    obj = registry.get("task", task).obj
+    return {"max_new_tokens": getattr(obj, "max_new_tokens", DEFAULT_MAX_NEW_TOKENS),
+            "warmstart": dict(getattr(obj, "warmstart_defaults", None) or {})}
+
+
 def _build(cls, data: dict, where: str):
     known = {f.name: f for f in dataclasses.fields(cls) if f.name != "explicit"}
     kwargs = {}
@@ -67,6 +91,8 @@ def _build(cls, data: dict, where: str):
         if k not in known:
             raise ValueError(f"{where}: unknown key {k!r}; known keys: {', '.join(sorted(known))}")
         sub = {"learner": LearnerConfig, "warmstart": WarmStartConfig}.get(k) if cls is Config else None
+        if sub is WarmStartConfig and isinstance(v, dict):  # the task's defaults under the user's keys
+            v = {**task_defaults(data.get("task", Config.task))["warmstart"], **v}
         if sub is not None and isinstance(v, dict):
             v = _build(sub, v, f"{where}.{k}")
         elif isinstance(v, list) and k == "betas":
@@ -126,6 +152,13 @@ def validate(cfg: Config) -> None:
                          "it runs through `rollwise sim` and `rollwise bench --engine sim`")
     registry.check_options(engine, cfg.engine_options, "engine_options", skip=1, label=cfg.engine)
     check_option_types(engine, cfg.engine_options, "engine_options")
+    if cfg.reward_shaping:
+        shaping = registry.get("shaping", cfg.reward_shaping).obj
+        registry.check_options(shaping, cfg.reward_shaping_options, "reward_shaping_options",
+                               label=cfg.reward_shaping)
+        check_option_types(shaping, cfg.reward_shaping_options, "reward_shaping_options")
+    elif cfg.reward_shaping_options:
+        raise ValueError("reward_shaping_options: set, but reward_shaping is not")
     L = cfg.learner
     adv_opts = dict(L.advantage_options)
     tracker = adv_opts.pop("tracker", None)

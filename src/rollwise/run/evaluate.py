@@ -44,6 +44,9 @@ def evaluate(policy, prompts: list[Prompt], scorer: Scorer, ledger: Ledger | Non
     correct = np.array([s.correct for s in scores], float)
     out["eval_acc"] = float(correct.mean())
     out["eval_se"] = float(correct.std(ddof=1) / np.sqrt(len(correct))) if len(correct) > 1 else 0.0
+    # greedy response lengths and the share cut at max_new_tokens (long-response tasks)
+    out["eval_len_mean"] = float(np.mean([g.rollouts[0].num_tokens for g in res])) if res else 0.0
+    out["eval_truncated_frac"] = float(np.mean([g.rollouts[0].finish_reason == "length" for g in res])) if res else 0.0
     levels = np.array([p.level for p in prompts])
     for lv in sorted(set(levels.tolist())):
         if lv >= 0:

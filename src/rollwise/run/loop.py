@@ -38,6 +38,7 @@ from ..learn.learner import Learner
 from ..policy.policy import Policy
 from ..policy.warmstart import base_checkpoint
 from ..tasks.reward import Scorer
+from ..tasks.shaping import ShapedScorer, build_shaping
 from .config import Config, config_changes, validate, RESUME_MAY_CHANGE
 from .driver import StepDriver
 from .evaluate import check_finite_weights, evaluate
@@ -88,6 +89,9 @@ class Trainer:
                                  memory_mb=cfg.reward_memory_mb)
         else:
             self.scorer = Scorer(self.task.verify)
+        if cfg.reward_shaping:  # e.g. DAPO's overlong penalty, added after scoring (tasks/shaping.py)
+            self.scorer = ShapedScorer(self.scorer, build_shaping(cfg.reward_shaping, cfg.reward_shaping_options,
+                                                                  cfg.max_new_tokens))
         self.driver = StepDriver(self.engine, self.ledger, self.history, self.scorer, self.policy)
         self.guard = FiniteGuard(self.learner, self.policy)
         self.step = 0
@@ -136,6 +140,9 @@ class Trainer:
                 "rollouts": view["rollouts"], "prompts": len(generated),
                 "zero_var_frac_gen": sum(g.zero_variance for g in generated) / max(len(generated), 1),
                 "reward_mean": float(np.mean([r.reward for g in generated for r in g.rollouts] or [0])),
+                # responses cut at their length limit (finish reason "length") before EOS
+                "truncated_frac": float(np.mean([r.finish_reason == "length" for g in generated for r in g.rollouts]
+                                                or [0])),
                 "group_min": min(sizes), "group_mean": float(np.mean(sizes)), "group_max": max(sizes),
                 **{k: v for k, v in view.items() if k not in ("tokens", "rollouts")},
                 **out.staleness, **out.persist, **ctx.metrics, **stats, "reward_errors": self.scorer.errors,

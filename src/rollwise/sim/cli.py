@@ -1,6 +1,7 @@
 """`rollwise sim`: run a planner through the population simulator; ends with one JSON line.
 
     rollwise sim --prompts 1000000 --steps 1000 --batch 512 --n 16 --planner greso [--seed 0] [--clusters 16]
+    rollwise sim --profile chain ...   # a named parameter set (sim/profiles.py), e.g. a task's length shape
 
 Model and timing parameters are overridable with `--set section.key=value` (sections: population,
 dynamics, timing), e.g. `--set timing.engines=4 --set dynamics.eta_cluster=0.2`.
@@ -24,6 +25,8 @@ def add_sim_parser(sub) -> argparse.ArgumentParser:
                    help='JSON: {"component": {kwarg: value}}')
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--clusters", type=int, default=None, help="skill clusters (default 16)")
+    p.add_argument("--profile", default="default",
+                   help="named population and dynamics parameters (sim/profiles.py: default, tiny, chain)")
     p.add_argument("--eval-every", dest="eval_every", type=int, default=0,
                    help="steps between held-out accuracy rows written to --rows (0: end only)")
     p.add_argument("--rows", help="write one JSON line per step to this file")
@@ -35,11 +38,14 @@ def add_sim_parser(sub) -> argparse.ArgumentParser:
 
 
 def build_config(args):
+    from .profiles import profile_configs
     from .runner import SimConfig
 
+    population, dynamics, greedy_eval = profile_configs(getattr(args, "profile", "default"))
     cfg = SimConfig(prompts=args.prompts, steps=args.steps, batch=args.batch, n=args.n, planner=args.planner,
                     planner_options=json.loads(args.planner_options or "{}"), seed=args.seed,
-                    eval_every=args.eval_every, keep_rows=bool(args.rows))
+                    eval_every=args.eval_every, keep_rows=bool(args.rows), greedy_eval=greedy_eval,
+                    population=population, dynamics=dynamics)
     if args.clusters is not None:
         cfg.population.clusters = args.clusters
     for item in args.set:

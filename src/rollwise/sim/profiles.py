@@ -3,6 +3,11 @@
 `default`: order-of-magnitude figures for a reasoning model (lengths of hundreds of tokens, a wide spread
 of difficulty); nothing fitted.
 
+`chain`: the length shape and initial difficulty of embedded task 2's base (`chain`), fitted to its own
+samples by `benchmarks/task_profile.py --task chain` (benchmarks/results/task2_profile.md): lengths set by
+the level (p99 ~3x the median), nearly none of a prompt's spread left within it, wrong answers no longer
+than right ones within a prompt. The learning dynamics are not fitted: the tiny model's are used.
+
 `tiny`: fitted to the embedded tiny model's GRPO runs by `benchmarks/sim_calibrate.py` (the fit, its
 targets and its error are recorded in `benchmarks/results/sim_calibration.md`). Only the parameters that
 script searches are fitted; the length shape is set to the tiny task's (answers of a few tokens, cut at
@@ -32,10 +37,15 @@ TINY_FIT = {
     "dynamics": {"eta_global": 0.0, "eta_cluster": 0.1774, "eta_prompt": 0.236, "rows_r0": 133.4042},
 }
 
+# Written from benchmarks/results/task2_profile.json ("sim_shape", without its fit error).
+CHAIN_BASE = {"median_len": 51.71, "len_prompt_sd": 0.655, "len_diff_slope": 0.419, "len_group_sd": 0.05, "len_sample_sd": 0.066, "wrong_len": 0.004, "max_len": 224, "clusters": 8, "prompt_len_min": 8, "prompt_len_max": 74, "diff_sd": 1.5, "skill0": -3.0, "cluster_sd": 0.5, "greedy_threshold": 0.2414}
+
 PROFILES = {
     "default": {"population": {}, "dynamics": {}, "greedy_eval": False},
     "tiny": {"population": {**TINY_SHAPE["population"], **TINY_FIT["population"]},
              "dynamics": {**TINY_SHAPE["dynamics"], **TINY_FIT["dynamics"]}, "greedy_eval": True},
+    "chain": {"population": CHAIN_BASE, "dynamics": {**TINY_SHAPE["dynamics"], **TINY_FIT["dynamics"]},
+              "greedy_eval": True},
 }
 
 
