@@ -86,7 +86,8 @@ def test_planner_contract(spec):
             assert len(subs) <= 1 or (planner.refill and all(q.purpose == "train" for sub in subs for q in sub)), spec
         assert ctx.ledger.count(fate="open") == 0, spec  # the driver settled every rollout
     led = ctx.ledger
-    decoded = led.count(kind="decoded") - led.count("oracle", kind="decoded") - led.count("eval", kind="decoded")
+    decoded = sum(led.count(kind=k) - led.count("oracle", kind=k) - led.count("eval", kind=k)
+                  for k in ("decoded", "shared"))  # a shared tree prefix (TreePO) was decoded once
     assert led.budget_tokens() == decoded + round(led.draft_cost * led.verified_tokens), spec
     assert led.verified_tokens >= led.count(kind="draft"), spec  # every accepted draft token was verified
     assert (led.verified_tokens > 0) == ("spec-rl" in spec), spec  # drafts were verified on the revisits

@@ -264,7 +264,8 @@ def test_simgroup_behaves_like_a_group():
 def test_every_planner_runs_or_is_refused_clearly():
     refused = set()
     for e in registry.entries("planner"):
-        for need, why in (("needs_policy", "needs the policy"), ("needs_inflight", "needs in-flight control")):
+        for need, why in (("needs_policy", "needs the policy"), ("needs_inflight", "needs in-flight control"),
+                          ("needs_resume", "needs an engine that continues rows")):
             if getattr(e.obj(), need):
                 with pytest.raises(ValueError, match=f"the simulator cannot run planner '{e.name}'.*{why}"):
                     _sim(e.name, prompts=300)
@@ -273,7 +274,7 @@ def test_every_planner_runs_or_is_refused_clearly():
             continue
         out = _sim(e.name, prompts=300, batch=8, n=4).run(3)
         assert out["steps"] == 3 and out["tokens"] + out["tokens_by_purpose"]["oracle"] > 0, e.name
-    assert refused == {"hive", "dots", "duet-abort", "arrol", "spec-rl"}  # prompt statistics, tokens, a policy
+    assert refused == {"hive", "dots", "duet-abort", "arrol", "spec-rl", "treepo"}  # statistics, tokens, a policy
     out = _sim("greso+ar3po", prompts=300, batch=8, n=4).run(3)
     assert out["steps"] == 3
 

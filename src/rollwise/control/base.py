@@ -35,7 +35,8 @@ so the same hook runs synchronously, asynchronously, or in a host trainer that c
 **What a host must provide.** A component declares `needs_sampling` (it yields requests, or asks for
 more samples after seeing results: stages), `needs_policy` (a forward pass or model internals:
 `ctx.prompt_stats`, `ctx.policy`) and `needs_inflight` (it watches samples as they grow and stops
-single ones: the engine's optional peek/stop); `refill = True` means it draws fresh prompts while fewer
+single ones: the engine's optional peek/stop), `needs_resume` (it continues rows from their own tokens,
+Request.prefix: TreePO's branches); `refill = True` means it draws fresh prompts while fewer
 than `batch_size` groups are accepted, for at most `max_rounds` rounds (DAPO dynamic sampling). A host
 (TRL, verl) calls `Planner.require(...)` with what it can serve and refuses the rest by name.
 """
@@ -90,6 +91,7 @@ class Component:
     needs_sampling = False  # yields requests of its own or asks for more samples (a host must serve them)
     needs_policy = False  # reads the policy (ctx.policy / ctx.prompt_stats)
     needs_inflight = False  # watches samples while they are generated (the engine's peek/stop)
+    needs_resume = False  # continues rows from their own tokens (Request.prefix): a token-level engine
 
     def bind(self, pool_size: int) -> None:
         pass
@@ -234,11 +236,11 @@ class Planner:
         speculators = [c for c in components if type(c).speculate is not Component.speculate]
         if len(speculators) > 1 or (speculators and partial):
             raise ValueError(f"planner {self.name!r}: {speculators[0].name} composes with neither another "
-                             "speculating component nor partial rollouts (a draft row would be resumed twice)")
+                             "speculating component nor partial rollouts (a row it resumes would be resumed twice)")
         self.speculator = speculators[0] if speculators else None
         if self.inflight and self.speculator is not None:
             raise ValueError(f"planner {self.name!r}: {self.inflight[0].name} and {self.speculator.name} do not "
-                             "compose (a draft reused whole never runs in the engine the watcher sees)")
+                             "compose (the rows it runs its own way never reach the watcher whole)")
         self.overprovision = max((c.overprovision for c in partial), default=0.0)
         self.segment_tokens = min((c.segment_tokens for c in partial if c.segment_tokens), default=None)
         self.partial = bool(partial)
@@ -271,7 +273,7 @@ class Planner:
         return next((c.draft_cost for c in self.components if getattr(c, "draft_cost", None) is not None), None)
 
     def require(self, host: str, sampling: bool = False, policy: bool = False, refill: bool = False,
-                inflight: bool = False) -> None:
+                inflight: bool = False, resume: bool = False) -> None:
         """Refuse, with the reason, components that need what `host` cannot serve."""
         missing = []
         for c in self.components:
@@ -284,6 +286,8 @@ class Planner:
                 missing.append(f"{c.name} needs the policy itself (a forward pass or model internals)")
             if c.refill and not refill:
                 missing.append(f"{c.name} needs refills (fresh prompts until the batch is full)")
+            if c.needs_resume and not resume:
+                missing.append(f"{c.name} needs an engine that continues rows from their tokens (Request.prefix)")
         if missing:
             raise ValueError(f"{host} cannot run planner {self.name!r}: " + "; ".join(missing))
 

@@ -11,8 +11,9 @@ oracle planner's measurements are off the books by design; eval is reported apar
 draft-verified tokens weighted by the engine's measured prefill/decode cost ratio (`draft_cost`).
 Draft-verified tokens are every draft token SPEC-RL's verification prefill scored, accepted or
 rejected (`verified_tokens`): the rejected tail costs the same prefill. The accepted ones are also
-counted, by purpose and fate, as kind "draft" in `tokens`. Nothing reused is free: a rollout is
-charged when generated, whatever happens to it later.
+counted, by purpose and fate, as kind "draft" in `tokens`. Tokens of kind "shared" (a TreePO tree
+node that several leaves continue) were decoded once and are counted once, so the budget counts them
+as decoded. Nothing reused is free: a rollout is charged when generated, whatever happens to it later.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from .types import FATES, KINDS, PURPOSES
 
 OFF_BUDGET = ("eval", "oracle")
+DECODED_KINDS = ("decoded", "shared")  # a shared tree prefix was decoded (once): it costs as decoded
 # The per-purpose view that metrics.jsonl has always had: "discarded" there means train rollouts
 # that were filtered or trimmed (fate discarded), and "train" the other train rollouts.
 LEGACY_PURPOSES = ("train", "pilot", "discarded", "eval", "profile", "oracle")
@@ -92,7 +94,7 @@ class Ledger:
                    if (purpose is None or p == purpose) and (fate is None or f == fate))
 
     def budget_tokens(self) -> int:
-        decoded = sum(v for (p, _, k), v in self.tokens.items() if p not in OFF_BUDGET and k == "decoded")
+        decoded = sum(v for (p, _, k), v in self.tokens.items() if p not in OFF_BUDGET and k in DECODED_KINDS)
         return decoded + int(round(self.draft_cost * self.verified_tokens))
 
     def budget_rollouts(self) -> int:

@@ -253,7 +253,9 @@ def _move_rollout(r, frm: str, fate: str, acc: dict) -> None:
     """One rollout to a new fate (and its carried prefix chain with it), counted into acc."""
     r.fate = fate
     pre = r.meta.get("prefix") if type(r) is Rollout else None
-    first = 0 if pre is not None else 1
+    if pre is not None and frm == "new" and pre.meta.get("tree"):  # charging a branch of a tree (TreePO)
+        _branch(r, pre, acc)
+    first = r.meta.get("new_rollout", 0) if pre is not None else 1
     for kind, tok in r.tokens_by_kind().items():
         key = (r.purpose, kind, frm, fate)
         c = acc.get(key)
@@ -269,6 +271,30 @@ def _move_rollout(r, frm: str, fate: str, acc: dict) -> None:
         _move_rollout(pre, frm, fate, acc)
     elif frm != "new" and pre.fate == "carried" and fate != "carried":  # settling, not charging
         _move_rollout(pre, "carried", fate, acc)
+
+
+def _branch(r: Rollout, parent: Rollout, acc: dict) -> None:
+    """A tree branch is being charged (TreePO). Every branch after a node's first is a rollout of its
+    own (a tree of n leaves counts n rollouts), and the ancestors its planner marked as shared
+    (`meta["share"]`: several leaves use them) move their tokens, already charged as decoded, to kind
+    "shared" the first time one of their branches is charged: decoded once, counted once."""
+    r.meta["new_rollout"] = int(parent.meta.get("branched", False))
+    parent.meta["branched"] = True
+    node = parent
+    while node is not None:
+        own = node.tokens_by_kind()
+        if node.meta.get("share") and node.fate == "open" and "shared" not in own:
+            for kind, tok in own.items():
+                _add_to(acc, (node.purpose, kind, "new", "open"), 0, -tok)
+            _add_to(acc, (node.purpose, "shared", "new", "open"), 0, sum(own.values()))
+            node.meta["tokens_by_kind"] = {"shared": sum(own.values())}
+        node = node.meta.get("prefix")
+
+
+def _add_to(acc: dict, key: tuple, n: int, tok: int) -> None:
+    c = acc.setdefault(key, [0, 0])
+    c[0] += n
+    c[1] += tok
 
 
 @dataclass

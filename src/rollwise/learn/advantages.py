@@ -13,7 +13,8 @@ Conventions shared by every estimator here:
   then kept. (Estimators that whiten over the whole batch afterwards, gd2po and reinforce++-baseline,
   shift those zeros by the batch mean, as verl does.)
 - `batch_input(batch)` fills every input a Batch itself holds: PVPO's reference pass rates when a
-  planner measured them, GD2PO's reward components when every rollout carries them. State kept across
+  planner measured them, GD2PO's reward components when every rollout carries them, TreePO's node
+  paths (`Rollout.meta["tree_path"]`). State kept across
   batches (MSSR's tracked baseline) comes from a *tracker* the estimator declares with `@tracks`; the
   learner owns it (see `tracks`). An estimator whose input is missing raises ValueError naming it.
 - Provenance tags: CODE = official code read, ABS = paper abstract, SEC = secondary summary,
@@ -41,6 +42,7 @@ class AdvInput:
     ref_pass_rate_G: torch.Tensor | None = None  # a reference policy's pass rate per group (PVPO)
     reward_parts_NK: torch.Tensor | None = None  # several reward components per rollout (GD2PO)
     baseline_G: torch.Tensor | None = None  # a per-group value baseline kept outside the batch (MSSR)
+    tree_path_N: list[tuple] | None = None  # each rollout's node path in its prompt's tree (TreePO); () if none
 
     @property
     def num_groups(self) -> int:
@@ -71,7 +73,8 @@ def batch_input(batch: Batch) -> AdvInput:
         entropy_NT=pad([r.entropy_T if getattr(r, "entropy_T", None) is not None
                         else torch.full((r.num_tokens,), r.entropy) for r in rollouts]),
         ref_pass_rate_G=None if ref_G.isnan().all() else ref_G,
-        reward_parts_NK=parts_NK)
+        reward_parts_NK=parts_NK,
+        tree_path_N=[tuple(getattr(r, "meta", {}).get("tree_path", ())) for r in rollouts])
 
 
 def tracks(factory):
@@ -241,6 +244,52 @@ def reinforce_pp_baseline(inp: AdvInput) -> torch.Tensor:
     centred_N = (r - group_mean(r, g, G)).masked_fill(group_flat(r, g, G), 0.0)
     m = _token_mask(inp)
     return _as_rewards(masked_whiten(centred_N[:, None] * m, m) * m, inp)
+
+
+@register("advantage", "treepo", provenance="CODE",
+          summary="TreePO: r minus the mean of every subtree sharing the leaf's prefix, averaged, then whitened")
+def treepo(inp: AdvInput, weight: str = "average", skip_flat: bool = False) -> torch.Tensor:
+    """TreePO's tree-based advantage (Li et al., 2025, "TreePO: Bridging the Gap of Policy Optimization
+    and Efficacy and Inference Efficiency with Heuristic Tree-based Modeling", arXiv 2508.17445).
+    [CODE: multimodal-art-projection/TreePO verl/trainer/ppo/core_algos.py,
+    compute_tree_reinforce_plus_plus_baseline_outcome_advantage]
+
+    Leaf i of a prompt's tree has the node path p_i = (root sample, branch, branch, ...)
+    (`Rollout.meta["tree_path"]`, set by the `treepo` planner). For depth d = 0 (the whole group) and
+    every d >= 1 whose subgroup S_d(i) = {leaves j of the group with p_j[:d] = p_i[:d]} has more than one
+    leaf, the term r_i - mean_{S_d(i)} r; with `weight` "average" (the recipe's setting, B2 (d)) A_i is
+    the mean of the terms, with "group_size" their mean weighted by |S_d(i)| (the function's default).
+    `skip_flat` leaves out subgroups (d >= 1) whose rewards are all equal (remove_no_std_subgroup). Then
+    A is whitened over every response token of the batch, as REINFORCE++-baseline. Returns [N, T].
+    A rollout without a path (not from a tree) has only the d = 0 term: on plain groups this is
+    reinforce++-baseline, except that a singleton group is centred to 0 (the code keeps r)."""
+    if weight not in ("average", "group_size"):
+        raise ValueError(f"treepo advantage: weight must be 'average' or 'group_size', got {weight!r}")
+    r, g, G = inp.rewards_N.double(), inp.group_N, inp.num_groups
+    paths = inp.tree_path_N or [()] * r.numel()
+    # d = 0: the group mean (0 for a group of one or an all-equal group, as every estimator here)
+    terms = [[(float(x), float(k))] for x, k in zip(
+        (r - group_mean(r, g, G)).masked_fill(group_flat(r, g, G), 0.0).tolist(),
+        torch.bincount(g, minlength=G)[g].tolist())]
+    subgroups: dict = {}  # (group, d, path prefix) -> leaf indices
+    for i, (gi, p) in enumerate(zip(g.tolist(), paths)):
+        for d in range(1, len(p)):  # d = len(p) would be the leaf alone
+            subgroups.setdefault((gi, p[:d]), []).append(i)
+    for rows in subgroups.values():
+        if len(rows) < 2:
+            continue
+        vals = r[rows]
+        if skip_flat and bool((vals == vals[0]).all()):
+            continue
+        mean = float(vals.mean())
+        for i in rows:
+            terms[i].append((float(r[i]) - mean, float(len(rows))))
+    if weight == "average":
+        adv_N = torch.tensor([sum(t for t, _ in ts) / len(ts) for ts in terms], dtype=torch.float64)
+    else:
+        adv_N = torch.tensor([sum(t * k for t, k in ts) / sum(k for _, k in ts) for ts in terms], dtype=torch.float64)
+    m = _token_mask(inp)
+    return _as_rewards(masked_whiten(adv_N[:, None] * m, m) * m, inp)
 
 
 # ---- robust baselines ----------------------------------------------------------------------

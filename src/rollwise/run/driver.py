@@ -26,7 +26,7 @@ import torch
 from ..control.base import Assembled, Decision, Planner, StepContext, Wave
 from ..core.history import PromptHistory
 from ..core.ledger import Ledger
-from ..core.types import Batch, Group, Request
+from ..core.types import Batch, Group, Request, Rollout
 from ..generate.engine import Finished, run_sync
 
 
@@ -231,7 +231,7 @@ class StepDriver:
         led.settle(assembled.carried, "open", "carried")
         led.settle(assembled.dropped, "carried", "aborted")
         trained_now = led.settle(batch.groups, "open", "trained") + led.settle(batch.groups, "carried", "trained")
-        led.reused_tokens += sum(g.tokens for g in batch.groups) - trained_now
+        led.reused_tokens += sum(g.tokens for g in batch.groups) - _shared_twice(batch.groups) - trained_now
         in_batch = {id(g) for g in batch.groups}  # trained whole: nothing of theirs is left open
         led.settle([g for g in self._generated if id(g) not in in_batch], "open", NOT_TRAINED)
         if partial:  # a resumed group that finished and was filtered out: its carried rows were discarded
@@ -240,6 +240,24 @@ class StepDriver:
         if led.count_rollouts(fate="open"):
             raise RuntimeError("a planner dropped rollouts from a group in place, so their tokens cannot be "
                                "settled; return a new Group from finish() instead of editing one")
+
+
+def _shared_twice(groups: list[Group]) -> int:
+    """Tokens that rollouts of these groups hold through a prefix another of them already holds (the
+    shared nodes of a TreePO tree, trained in every leaf but generated once): not reused from an
+    earlier step. 0 unless two rollouts continue the same prefix object."""
+    seen: set[int] = set()
+    twice = 0
+    for g in groups:
+        for r in g.rollouts:
+            pre = r.meta.get("prefix") if isinstance(r, Rollout) else None
+            while pre is not None:
+                if id(pre) in seen:
+                    twice += pre.num_tokens  # this prefix and all its ancestors are held already
+                    break
+                seen.add(id(pre))
+                pre = pre.meta.get("prefix")
+    return twice
 
 
 def staleness(batch: Batch, version: int) -> dict:
