@@ -27,7 +27,10 @@ def _train_parser(sub):
     p.add_argument("--workers", type=int, help="async: rollout workers (Ray actors)")
     p.add_argument("--max-staleness", type=int, dest="max_staleness",
                    help="async: rollouts come from a policy at most this many updates old (0 = synchronous)")
-    p.add_argument("--reward", help="user reward 'module:function' called as fn(response, answer)")
+    p.add_argument("--reward", help="user reward 'module:function' called as fn(response, answer), or 'math' "
+                   "(math-verify; reward_options.extract: auto, boxed, ####, number)")
+    p.add_argument("--logger", help="comma-separated: jsonl (always on), tensorboard, wandb (offline unless "
+                   "WANDB_MODE says otherwise); the last two need pip install 'rollwise[logging]'")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override any config key, dotted for nesting (e.g. learner.lr=1e-4); YAML values")
     p.add_argument("--allow-config-change", action="store_true", dest="allow_config_change",
@@ -45,6 +48,8 @@ def _overrides(args) -> dict:
                 "max_staleness"):
         if getattr(args, key, None) is not None:
             ov[key] = getattr(args, key)
+    if getattr(args, "logger", None) is not None:
+        ov["loggers"] = [name.strip() for name in args.logger.split(",") if name.strip()]
     for key in ("advantage", "loss", "loss_agg", "correction", "recompose"):
         if getattr(args, key, None) is not None:
             ov[f"learner.{key}"] = getattr(args, key)
@@ -93,8 +98,7 @@ def cmd_eval(args) -> int:
     from .policy.warmstart import base_checkpoint
     from .run.config import load_config
     from .run.evaluate import check_finite_weights, evaluate
-    from .run.loop import load_policy
-    from .tasks.reward import Scorer
+    from .run.loop import load_policy, reward_scorer
 
     for name, least in (("size", 0), ("k", 0), ("samples", 0)):
         if getattr(args, name) < least:
@@ -106,13 +110,19 @@ def cmd_eval(args) -> int:
     path = args.model or cfg.model or base_checkpoint(task, cfg.warmstart)
     policy = load_policy(path)
     policy.model.eval()
+    if hasattr(task, "use_tokenizer"):  # a chat model's template, as in training
+        task.use_tokenizer(policy.tokenizer)
     try:
         check_finite_weights(policy)
     except ValueError as e:
         raise ValueError(f"--model {path}: {e}") from None
     heldout = task.heldout()[: args.size or None]
-    out = evaluate(policy, heldout, Scorer(task.verify), None, cfg.max_new_tokens, args.k, args.samples,
-                   cfg.temperature, seed=cfg.seed)
+    scorer = reward_scorer(cfg, task)  # the run's --reward (e.g. math), as in training
+    try:
+        out = evaluate(policy, heldout, scorer, None, cfg.max_new_tokens, args.k, args.samples, cfg.temperature,
+                       seed=cfg.seed)
+    finally:
+        scorer.close()
     print(json.dumps({"model": str(path), "prompts": len(heldout), **out}))
     return 0
 
@@ -184,6 +194,7 @@ def main(argv=None) -> int:
     pe.add_argument("--size", type=int, default=0, help="held-out prompts (0 = all)")
     pe.add_argument("--k", type=int, default=0, help="pass@k (0 = off)")
     pe.add_argument("--samples", type=int, default=0, help="samples per prompt for pass@k")
+    pe.add_argument("--reward", help="score with this reward ('module:function' or 'math'), as a run does")
     pe.add_argument("--set", action="append", default=[])
     pw = sub.add_parser("warmstart", help="build a task's base checkpoint by a supervised warm start "
                                          "(the embedded default's ships with rollwise)")

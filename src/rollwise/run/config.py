@@ -45,11 +45,13 @@ class Config:
     eval_k: int = 0  # pass@k with k samples per held-out prompt (0 = off)
     eval_samples: int = 0  # samples per prompt for pass@k (>= k)
     checkpoint_every: int = 10
-    reward: str | None = None  # "module:function" user reward, called as fn(response, answer)
+    reward: str | None = None  # "module:function" user reward, called as fn(response, answer); or "math"
+    reward_options: dict = field(default_factory=dict)  # the built-in "math" reward's: {"extract": "auto"}
     reward_timeout_s: float = 5.0  # seconds one call of the reward worker (a group's rollouts) may take
     reward_memory_mb: int = 4096  # address-space limit of the reward worker process (0 = none)
     reward_shaping: str | None = None  # a registered `shaping` added to every scored reward, e.g. "overlong"
     reward_shaping_options: dict = field(default_factory=dict)
+    loggers: list[str] = field(default_factory=lambda: ["jsonl"])  # + "tensorboard", "wandb"; jsonl always written
     max_skipped_steps: int = 3  # stop once this many steps in a row had a non-finite loss or gradient
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     # None: WarmStartConfig() with the task's `warmstart_defaults` on top (the keys a user sets win)
@@ -288,10 +290,10 @@ def check_fields(cfg: Config) -> None:
     for name in ("model", "reward"):
         if getattr(cfg, name) is not None and not getattr(cfg, name).strip():
             raise ValueError(f"{name} must not be an empty string")
-    if cfg.reward is not None:
-        module, _, attr = cfg.reward.partition(":")
-        if not module.strip() or not attr.strip():
-            raise ValueError(f"reward must be 'module:function', got {cfg.reward!r}")
+    check_reward(cfg)
+    from .loggers import check_loggers
+
+    check_loggers(cfg.loggers)
     if cfg.eval_samples and not cfg.eval_k:
         raise ValueError(f"eval_samples is {cfg.eval_samples} but eval_k is 0: set eval_k (pass@k) too, or leave "
                          "eval_samples at 0")
@@ -305,6 +307,31 @@ def check_fields(cfg: Config) -> None:
     if cfg.learner.kl_estimator not in KL_ESTIMATORS:
         raise ValueError(f"learner.kl_estimator must be one of {', '.join(KL_ESTIMATORS)}, "
                          f"got {cfg.learner.kl_estimator!r}")
+
+
+def check_reward(cfg: Config) -> None:
+    """`reward` is 'module:function' or the built-in "math" (math-verify installed); only "math" takes
+    `reward_options`: {"extract": how its answer is found in the response}."""
+    from ..tasks.reward import MATH_EXTRACTS
+
+    if cfg.reward == "math":
+        import importlib.util
+
+        if importlib.util.find_spec("math_verify") is None:
+            raise ValueError("reward 'math' needs the math-verify package: pip install 'rollwise[math]'")
+        for k, v in cfg.reward_options.items():
+            if k != "extract":
+                raise ValueError(f"reward_options: unknown key {k!r} for reward 'math'; known keys: extract")
+            if v not in MATH_EXTRACTS:
+                raise ValueError(f"reward_options.extract must be one of {', '.join(MATH_EXTRACTS)}, got {v!r}")
+        return
+    if cfg.reward_options:
+        raise ValueError(f"reward_options: set, but only the built-in reward 'math' takes options "
+                         f"(reward is {cfg.reward!r})")
+    if cfg.reward is not None:
+        module, _, attr = cfg.reward.partition(":")
+        if not module.strip() or not attr.strip():
+            raise ValueError(f"reward must be 'module:function' or 'math', got {cfg.reward!r}")
 
 
 def conform(value, hint, name: str):
@@ -376,7 +403,8 @@ def check_option_types(obj, options: dict, where: str) -> None:
 
 # Fields a resumed run may change: where it stops, how often it evaluates and checkpoints, and where the
 # run lives. None of them changes what a step computes. Any other change needs allow_config_change.
-RESUME_MAY_CHANGE = ("out", "steps", "budget_tokens", "eval_every", "eval_every_tokens", "checkpoint_every")
+RESUME_MAY_CHANGE = ("out", "steps", "budget_tokens", "eval_every", "eval_every_tokens", "checkpoint_every",
+                     "loggers")
 
 
 def flat(d: dict, prefix: str = "") -> dict:

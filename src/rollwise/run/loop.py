@@ -3,9 +3,10 @@ with held-out evaluation, JSON-lines metrics and exact kill-and-resume checkpoin
 
 What protects a run and its directory:
 - `--out` is locked (flock on `<out>/.lock`) for the whole run: a second trainer on it fails at once.
-- A run writes only its own files (metrics.jsonl, config.json, checkpoint.pt, model/, config_changes.jsonl)
-  and never replaces one it did not write: a directory with those files but no checkpoint is refused
-  unless its config.json is this run's (a run that stopped before its first checkpoint).
+- A run writes only its own files (metrics.jsonl, config.json, checkpoint.pt, model/, config_changes.jsonl;
+  tensorboard/ and wandb/ if those loggers are on: run/loggers.py) and never replaces one it did not write:
+  a directory with those files but no checkpoint is refused unless its config.json is this run's (a run
+  that stopped before its first checkpoint).
 - A resume loads the checkpoint first, refuses a changed config unless allowed (run/config.py:
   RESUME_MAY_CHANGE), and only then writes config.json.
 - Checkpoints hold tensors and plain data only and load with `torch.load(weights_only=True)`: a file that
@@ -37,11 +38,12 @@ from ..core.ledger import Ledger
 from ..learn.learner import Learner
 from ..policy.policy import Policy
 from ..policy.warmstart import base_checkpoint
-from ..tasks.reward import Scorer
+from ..tasks.reward import Scorer, builtin_reward
 from ..tasks.shaping import ShapedScorer, build_shaping
 from .config import Config, config_changes, validate, RESUME_MAY_CHANGE
 from .driver import StepDriver
 from .evaluate import check_finite_weights, evaluate
+from .loggers import open_loggers
 
 CKPT = "checkpoint.pt"
 CKPT_FORMAT = 2  # 2: plain data only (weights_only loading), the run's config, skipped-step counters
@@ -69,6 +71,9 @@ class Trainer:
                              "eval_every_tokens=0 to train without evaluation)")
         model_path = self.model_path = cfg.model or base_checkpoint(self.task, cfg.warmstart, log=log)
         self.policy = load_policy(model_path)
+        if hasattr(self.task, "use_tokenizer"):  # a chat model's template (the file task): prompts change
+            self.task.use_tokenizer(self.policy.tokenizer)
+            self.pool, self.heldout = self.task.train_pool(), self.task.heldout()[: cfg.eval_size or None]
         try:
             check_finite_weights(self.policy)
         except ValueError as e:
@@ -84,11 +89,7 @@ class Trainer:
         self.planner = build_planner(cfg.planner, len(self.pool), self.rng, cfg.planner_options)
         if self.planner.draft_cost is not None:  # SPEC-RL's draft tokens, in decoded-token units
             self.ledger.draft_cost = self.planner.draft_cost
-        if cfg.reward:  # a user's function: in a worker process, with a timeout and a memory limit
-            self.scorer = Scorer(cfg.reward, trusted=False, timeout_s=cfg.reward_timeout_s,
-                                 memory_mb=cfg.reward_memory_mb)
-        else:
-            self.scorer = Scorer(self.task.verify)
+        self.scorer = reward_scorer(cfg, self.task)
         if cfg.reward_shaping:  # e.g. DAPO's overlong penalty, added after scoring (tasks/shaping.py)
             self.scorer = ShapedScorer(self.scorer, build_shaping(cfg.reward_shaping, cfg.reward_shaping_options,
                                                                   cfg.max_new_tokens))
@@ -97,6 +98,8 @@ class Trainer:
         self.step = 0
         self.skip_streak = 0  # steps in a row undone for a non-finite loss, gradient or weight
         self._scorer_seen = (0, 0)  # reward errors and scores at the last metrics row
+        self._warned_no_variance = False
+        self.loggers = []  # tensorboard, wandb (run/loggers.py): opened by run()
 
     # ---- one step: the driver runs Control, Generate, Filter, Replay and Learn ----------------
     def train_step(self) -> dict:
@@ -136,6 +139,7 @@ class Trainer:
         self.ledger.learner_tokens += stats.pop("learner_tokens", 0)
         sizes = [g.n for g in batch.groups] or [0]
         generated = list(ctx.groups.values())
+        self._warn_no_variance(ctx.step + 1, generated)
         return {"step": ctx.step + 1, "tokens": view["tokens"], "step_tokens": view["tokens"] - tokens_before,
                 "rollouts": view["rollouts"], "prompts": len(generated),
                 "zero_var_frac_gen": sum(g.zero_variance for g in generated) / max(len(generated), 1),
@@ -147,6 +151,23 @@ class Trainer:
                 **{k: v for k, v in view.items() if k not in ("tokens", "rollouts")},
                 **out.staleness, **out.persist, **ctx.metrics, **stats, "reward_errors": self.scorer.errors,
                 "skipped_steps": self.guard.skipped}
+
+    NO_VARIANCE_STEPS, NO_VARIANCE_FRAC = 3, 0.9  # warn in the first 3 steps if >= 90% of groups are equal
+
+    def _warn_no_variance(self, step: int, groups) -> None:
+        """A run whose groups all score alike learns nothing (every advantage is 0); say so once, early,
+        with whether the model solves none or all of the prompts (e.g. a base model too weak for the data)."""
+        if step > self.NO_VARIANCE_STEPS or self._warned_no_variance or not groups:
+            return
+        equal = [g for g in groups if g.zero_variance]
+        if len(equal) < self.NO_VARIANCE_FRAC * len(groups):
+            return
+        self._warned_no_variance = True
+        right = sum(all(r.correct for r in g.rollouts) for g in equal)
+        wrong = sum(not any(r.correct for r in g.rollouts) for g in equal)
+        solves = "none" if wrong >= right else "all"
+        self.log(f"warning: step {step}: {len(equal)} of {len(groups)} groups had equal rewards ({wrong} all wrong, "
+                 f"{right} all right): nothing to learn; the model solves {solves} of these prompts")
 
     def _warn_reward_failures(self, step: int) -> None:
         """Failed rewards score 0 and the run goes on; when most of a step's fail, say so every step."""
@@ -164,6 +185,8 @@ class Trainer:
                 return self._run()
         finally:
             self.scorer.close()  # the reward worker never outlives the run
+            for logger in self.loggers:
+                logger.close()
 
     def _run(self) -> list[dict]:
         cfg = self.cfg
@@ -176,6 +199,7 @@ class Trainer:
         metrics_file = self.out / "metrics.jsonl"
         rows = _read_metrics(metrics_file, upto=self.step) if resumed else []  # drop lines after the checkpoint
         _write_metrics(metrics_file, rows)
+        self.loggers = open_loggers(cfg.loggers, self.out, cfg.to_dict())
         if resumed:
             self.log(f"resuming {self.out} from step {self.step}")
         evals = cfg.eval_every or cfg.eval_every_tokens
@@ -261,6 +285,8 @@ class Trainer:
         row = finite_row(row)
         with path.open("a") as f:
             f.write(json.dumps(row, allow_nan=False) + "\n")
+        for logger in self.loggers:
+            logger.log(row)
         return row
 
     # ---- checkpoints: everything needed to continue exactly ---------------------------------
@@ -421,6 +447,15 @@ def check_prompts(task, pool, heldout, policy, cfg: Config) -> None:
 def _unknown(policy, text: str) -> str:
     bad = sorted({c for c in text if policy.unk_id in policy.tokenizer(c, add_special_tokens=False)["input_ids"]})
     return f"characters {bad}" if bad else "unknown tokens"
+
+
+def reward_scorer(cfg: Config, task) -> Scorer:
+    """The task's verifier, or the run's `reward` (a user's function or "math") in a worker process with a
+    timeout and a memory limit."""
+    if not cfg.reward:
+        return Scorer(task.verify)
+    spec, path = builtin_reward(cfg.reward, cfg.reward_options) or (cfg.reward, [])
+    return Scorer(spec, trusted=False, timeout_s=cfg.reward_timeout_s, memory_mb=cfg.reward_memory_mb, path=path)
 
 
 def build_trainer_engine(cfg: Config, policy, **overrides):

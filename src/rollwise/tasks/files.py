@@ -1,29 +1,39 @@
-"""A task read from files: prompts and reference answers in jsonl or parquet.
+"""A task read from files: prompts and reference answers in jsonl, parquet, or a directory written by
+`datasets`' `save_to_disk` (one split; read locally with `load_from_disk`, nothing is downloaded).
 
-Each row needs a prompt field and an answer field (names configurable). A malformed row raises a
-ValueError naming the file, the row (1-based) and the field, before any training starts: a missing
-field, an empty prompt or answer, a prompt that is not a string, an answer that is not a string or a
-number. Once the policy is loaded, the trainer checks every row against it too (`describe_prompt` names
-the row): the prompt's vocabulary and length against the model's context, and the answer's vocabulary and
-length against max_new_tokens (the verifier is exact match, so an answer the model cannot write is an
-error, not a silent zero).
+Each row needs a prompt field and an answer field (names configurable: `prompt_field="question"` for
+GSM8K). `answer_extract` takes the reference answer out of a worked solution: "####" the text after the
+last `####` (GSM8K), "boxed" the last `\\boxed{...}` (MATH); a row without it is an error naming the row.
+
+A malformed row raises a ValueError naming the file, the row (1-based) and the field, before any training
+starts: a missing field, an empty prompt or answer, a prompt that is not a string, an answer that is not a
+string or a number. Once the policy is loaded, the trainer checks every row against it too
+(`describe_prompt` names the row): the prompt's vocabulary and length against the model's context, and the
+answer's vocabulary and length against max_new_tokens (the verifier is exact match, so an answer the model
+cannot write is an error, not a silent zero; with a `--reward` the answers are not checked).
 
 Numbers [rollwise's choice]: an answer is compared as text, so a number keeps the text the file wrote.
 In jsonl, a number is read as its JSON text: `3.0` is the answer "3.0", `3` is "3", `1e3` is "1e3". In
-parquet a number has no written text: an integer column gives its decimal digits ("3"); a float column is
-refused with an error naming the row (3.0 could be meant as "3" or "3.0": store answers as strings). A
-boolean answer is refused in both. NaN and Infinity are not JSON and are refused.
+parquet (and a saved dataset) a number has no written text: an integer column gives its decimal digits
+("3"); a float column is refused with an error naming the row (3.0 could be meant as "3" or "3.0": store
+answers as strings). A boolean answer is refused everywhere. NaN and Infinity are not JSON and are refused.
+
+Chat models: when the model's tokenizer has a chat template (a Hugging Face chat model), the trainer passes
+it to `use_tokenizer` and every prompt becomes the template's rendering of [system_prompt,] the user's
+prompt, with the generation prompt (the assistant turn's opening) added: the form the model was tuned on.
+`chat_template=False` keeps the raw text; the tiny model's tokenizer has no template, so it is unchanged.
 
 A file task has no supervised warm start, so a run on it needs `--model PATH` (config.validate says so).
 """
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..core.registry import register
 from ..core.types import Prompt
+from ._answers import extract
 
 
 class JsonNumber(str):
@@ -38,6 +48,8 @@ def read_rows(path: str | Path) -> list[tuple[int, dict]]:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file")
+    if path.is_dir():
+        return _read_saved_dataset(path)
     if path.suffix == ".jsonl":
         rows = []
         with path.open(encoding="utf-8") as f:
@@ -64,7 +76,38 @@ def read_rows(path: str | Path) -> list[tuple[int, dict]]:
         except ImportError as e:  # pragma: no cover - the parquet extra is not installed
             raise ImportError("reading parquet needs pyarrow: pip install 'rollwise[parquet]'") from e
         return list(enumerate(pq.read_table(path).to_pylist(), 1))
-    raise ValueError(f"{path}: unsupported file type {path.suffix!r}; use .jsonl or .parquet")
+    raise ValueError(f"{path}: unsupported file type {path.suffix!r}; use .jsonl, .parquet or a directory "
+                     "saved with datasets' save_to_disk")
+
+
+def _read_saved_dataset(path: Path) -> list[tuple[int, dict]]:
+    try:
+        import datasets
+    except ImportError:
+        raise ValueError(f"{path}: a directory is read as a dataset saved with save_to_disk, which needs the "
+                         "datasets package: pip install datasets") from None
+    try:
+        ds = datasets.load_from_disk(str(path))
+    except (FileNotFoundError, ValueError) as e:
+        raise ValueError(f"{path}: not a dataset saved with save_to_disk ({e})") from None
+    if isinstance(ds, datasets.DatasetDict):
+        raise ValueError(f"{path}: holds the splits {', '.join(ds)}; name one split's directory "
+                         f"(e.g. {path / next(iter(ds))})")
+    return list(enumerate(ds.to_list(), 1))
+
+
+ANSWER_EXTRACTS = {"none": None, "####": "####", "boxed": "boxed"}
+
+
+def _extract_answer(path, i: int, field_name: str, text: str, how: str) -> str:
+    if how == "none":
+        return text
+    found = extract(text, ANSWER_EXTRACTS[how])
+    if found is None or not found.strip():
+        mark = "'####'" if how == "####" else "'\\boxed{...}'"
+        raise ValueError(f"{path}: row {i}: field {field_name!r} has no answer after {mark} "
+                         f"(answer_extract={how!r})")
+    return found.strip()
 
 
 def _answer_text(path, i: int, field_name: str, answer) -> str:
@@ -86,8 +129,11 @@ def _answer_text(path, i: int, field_name: str, answer) -> str:
 
 
 def load_prompts(path: str | Path, prompt_field: str = "prompt", answer_field: str = "answer",
-                 level_field: str | None = "level", rows_out: list | None = None) -> list[Prompt]:
+                 level_field: str | None = "level", rows_out: list | None = None,
+                 answer_extract: str = "none") -> list[Prompt]:
     """Prompts of a file; `rows_out` (if given) receives each prompt's 1-based row number."""
+    if answer_extract not in ANSWER_EXTRACTS:
+        raise ValueError(f"answer_extract must be one of {', '.join(ANSWER_EXTRACTS)}, got {answer_extract!r}")
     prompts = []
     for i, row in read_rows(path):
         for field_name in (prompt_field, answer_field):
@@ -96,7 +142,7 @@ def load_prompts(path: str | Path, prompt_field: str = "prompt", answer_field: s
         text, answer = row[prompt_field], row[answer_field]
         if not isinstance(text, str) or isinstance(text, JsonNumber) or not text.strip():
             raise ValueError(f"{path}: row {i}: field {prompt_field!r} must be a non-empty string")
-        answer = _answer_text(path, i, answer_field, answer)
+        answer = _extract_answer(path, i, answer_field, _answer_text(path, i, answer_field, answer), answer_extract)
         level = row.get(level_field, -1) if level_field else -1
         if isinstance(level, JsonNumber):
             try:
@@ -113,7 +159,8 @@ def load_prompts(path: str | Path, prompt_field: str = "prompt", answer_field: s
     return prompts
 
 
-@register("task", "file", provenance="INF", summary="prompts + reference answers from jsonl/parquet, exact-match verifier")
+@register("task", "file", provenance="INF",
+          summary="prompts + reference answers from jsonl/parquet/saved datasets, exact-match verifier")
 @dataclass
 class FileTask:
     train_path: str = ""
@@ -121,6 +168,9 @@ class FileTask:
     prompt_field: str = "prompt"
     answer_field: str = "answer"
     answer_marker: str | None = None  # text after which the answer follows (e.g. "\\boxed{"), for DUET's abort
+    answer_extract: str = "none"  # "####" or "boxed": the reference answer is taken out of the answer field
+    system_prompt: str | None = None  # the chat template's system message
+    chat_template: bool = True  # prompts through the tokenizer's chat template, if it has one
 
     # the verifier compares the response with the answer: the trainer checks every answer can be written
     answers_are_responses = True
@@ -130,9 +180,31 @@ class FileTask:
             raise ValueError("file task: set both task_options.train_path and task_options.heldout_path")
         self._rows: dict[str, list[int]] = {"train": [], "held-out": []}
         self._train = load_prompts(self.train_path, self.prompt_field, self.answer_field,
-                                   rows_out=self._rows["train"])
+                                   rows_out=self._rows["train"], answer_extract=self.answer_extract)
         self._heldout = load_prompts(self.heldout_path, self.prompt_field, self.answer_field,
-                                     rows_out=self._rows["held-out"])
+                                     rows_out=self._rows["held-out"], answer_extract=self.answer_extract)
+
+    def use_tokenizer(self, tokenizer) -> None:
+        """Render every prompt with the tokenizer's chat template (once; see the module's docstring)."""
+        if not (self.chat_template and getattr(tokenizer, "chat_template", None)):
+            if self.system_prompt is not None:
+                why = "chat_template is false" if not self.chat_template else \
+                    "the model's tokenizer has no chat template"
+                raise ValueError(f"task_options.system_prompt: set, but {why}, so there is no system message")
+            return
+        if getattr(self, "_templated", False):
+            return
+        system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt is not None else []
+        for split, prompts in (("train", self._train), ("held-out", self._heldout)):
+            for i, p in enumerate(prompts):
+                try:
+                    text = tokenizer.apply_chat_template(system + [{"role": "user", "content": p.text}],
+                                                         tokenize=False, add_generation_prompt=True)
+                except Exception as e:  # noqa: BLE001 - jinja's errors (e.g. a template without a system role)
+                    raise ValueError(f"{self.describe_prompt(split, i)}: the chat template failed on it "
+                                     f"({type(e).__name__}: {e})") from None
+                prompts[i] = replace(p, text=text)
+        self._templated = True
 
     def train_pool(self) -> list[Prompt]:
         return self._train

@@ -25,7 +25,10 @@ it hangs, spins, exits the process (os._exit) or crashes, the worker is killed a
 rollouts of that call it had not scored yet score 0. Either way every failed rollout counts in `errors`
 with all components 0 (when their names are not known yet, `score` fills the zeros once a later rollout
 of the same call fixes them), and the run goes on. The task's own verifier is trusted and called inline;
-its errors propagate, a non-finite reward from it included.
+its errors propagate, a non-finite reward from it included. The worker imports the user's module with the
+trainer's import path and then the current directory, so `--reward myreward:fn` finds ./myreward.py.
+
+The built-in `--reward math` (math-verify's check, `_math_reward.py`) runs in the same kind of worker.
 """
 from __future__ import annotations
 
@@ -75,14 +78,15 @@ class Scorer:
     prompts) and `memory_mb` the worker's address space (0: no limit)."""
 
     def __init__(self, fn: RewardFn | str, trusted: bool = True, timeout_s: float = 5.0,
-                 weights: Mapping[str, float] | None = None, correct_part: str = "correct", memory_mb: int = 0):
+                 weights: Mapping[str, float] | None = None, correct_part: str = "correct", memory_mb: int = 0,
+                 path: list[str] = ()):
         self.fn, self.trusted, self.timeout_s = fn, trusted, timeout_s
         self.worker = None
         if not trusted:
             if not isinstance(fn, str):
                 raise TypeError("an untrusted reward runs in a worker process, so it is named 'module:function', "
                                 f"got {fn!r}")
-            self.worker = RewardWorker(fn, timeout_s, memory_mb)
+            self.worker = RewardWorker(fn, timeout_s, memory_mb, path)
         declared = self.worker.weights if self.worker is not None else declared_weights(fn)
         self.weights = {str(k): float(v) for k, v in weights.items()} if weights else declared
         self.part_names: tuple[str, ...] | None = tuple(self.weights) if self.weights else None
@@ -171,6 +175,20 @@ def _finite(x: float, what: str) -> float:
     return x
 
 
+# the built-in rewards: name -> {reward_options.extract: the function in _math_reward.py}
+MATH_EXTRACTS = {"auto": "auto", "boxed": "boxed", "####": "hashes", "number": "number"}
+
+
+def builtin_reward(name: str, options: dict) -> tuple[str, list[str]] | None:
+    """(spec, extra import path) of a built-in reward ("math"), or None for a user's 'module:function'.
+    The built-in's module is imported in the worker as a top-level module from this directory, so the
+    worker never imports rollwise (nor torch)."""
+    if name != "math":
+        return None
+    how = MATH_EXTRACTS[options.get("extract", "auto")]  # config.validate has checked the option
+    return f"_math_reward:{how}", [str(Path(__file__).parent)]
+
+
 WORKER_SCRIPT = Path(__file__).with_name("_reward_worker.py")
 _TIMEOUT, _EOF = object(), object()
 
@@ -185,11 +203,12 @@ class RewardWorker:
 
     START_TIMEOUT_S = 60.0  # importing the user's module (it may import torch) on a busy machine
 
-    def __init__(self, spec: str, timeout_s: float, memory_mb: int = 0):
+    def __init__(self, spec: str, timeout_s: float, memory_mb: int = 0, path: list[str] = ()):
         module, _, attr = spec.partition(":")
         if not module or not attr:
             raise ValueError(f"reward {spec!r}: expected 'module:function'")
         self.spec, self.timeout_s, self.memory_mb = spec, float(timeout_s), int(memory_mb)
+        self.path = list(path)  # searched before the trainer's own path
         self.proc: subprocess.Popen | None = None
         self.replaced = 0  # workers killed or lost after a timeout, an exit or a crash
         self.weights = self._start()
@@ -199,8 +218,9 @@ class RewardWorker:
                                 bufsize=0, close_fds=True)
         weakref.finalize(self, _kill, proc)  # never outlives the trainer's objects
         self.proc, self._buf = proc, b""
-        init = {"spec": self.spec, "path": [os.path.abspath(p) if p else os.getcwd() for p in sys.path],
-                "memory_mb": self.memory_mb}
+        # the console script's sys.path lacks the current directory, where a user's reward module usually is
+        path = self.path + [os.path.abspath(p) if p else os.getcwd() for p in sys.path] + [os.getcwd()]
+        init = {"spec": self.spec, "path": path, "memory_mb": self.memory_mb}
         line = _EOF
         try:
             proc.stdin.write((json.dumps(init) + "\n").encode())
