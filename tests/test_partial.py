@@ -140,3 +140,29 @@ def test_carried_partials_survive_a_checkpoint_with_their_tokens():
 def test_partial_rollouts_refuse_staged_allocation():
     with pytest.raises(ValueError, match="partial rollouts do not compose with staged allocation"):
         build_planner("ar3po+april", 4, np.random.default_rng(0))
+
+
+def test_a_row_resumed_twice_survives_a_real_checkpoint_with_its_prefix_chain(tmp_path):
+    # a 9-token row cut every 4 tokens is resumed at step 2 and carried again: its prefix (a Rollout in
+    # meta) must go through the checkpoint's plain-data format, and settle with the row after a restore
+    import torch
+
+    from rollwise.run.loop import from_plain, to_plain
+
+    def run(restore: bool):
+        ctx = make_ctx(pool_size=6, B=3, n=2)
+        eng = TokenEngine(lengths_table({0: 3, 1: 3, 2: 3, 3: 9, 4: 3, 5: 3}), rates={i: 0.5 for i in range(6)})
+        opts = {"april": {"overprovision": 0.0, "segment_tokens": 4}}
+        planner = build_planner("april", 6, ctx.rng, opts)
+        step_all(planner, ctx, eng, 2)
+        assert any(r.meta.get("prefix") is not None for g in planner.carry.groups for r in g.rollouts)
+        if restore:
+            torch.save(to_plain(planner.state_dict()), tmp_path / "s.pt")
+            state = from_plain(torch.load(tmp_path / "s.pt", weights_only=True))
+            planner = build_planner("april", 6, ctx.rng, opts)
+            planner.load_state_dict(state)
+        (b3,) = step_all(planner, ctx, eng, 1)
+        g3 = next(g for g in b3.groups if g.prompt.id == 3)
+        return [r.token_ids_T.tolist() for r in g3.rollouts], ctx.ledger.count(fate="trained"), eng.decoded
+
+    assert run(restore=True) == run(restore=False)

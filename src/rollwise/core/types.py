@@ -66,6 +66,9 @@ class Request:
     id: int = -1
 
 
+_ROLLOUT_TAG = "__rollout__"  # marks a Rollout inside a rollout's meta in its plain state
+
+
 @dataclass
 class Rollout:
     """One sampled response.
@@ -113,9 +116,13 @@ class Rollout:
 
     def to_state(self) -> dict:
         """Plain python/numpy values, for planners that keep rollouts in their state_dict."""
-        return {f.name: (v.detach().cpu().numpy().copy() if isinstance(v, torch.Tensor)
-                         else list(v) if isinstance(v, list) else dict(v) if isinstance(v, dict) else v)
-                for f in fields(self) for v in [getattr(self, f.name)]}
+        d = {f.name: (v.detach().cpu().numpy().copy() if isinstance(v, torch.Tensor)
+                      else list(v) if isinstance(v, list) else dict(v) if isinstance(v, dict) else v)
+             for f in fields(self) for v in [getattr(self, f.name)]}
+        # a resumed row's carried prefix (meta["prefix"], a Rollout) is kept as its own state: settling
+        # the row later moves the prefix's tokens with it, so a checkpoint must not lose the chain
+        d["meta"] = {k: {_ROLLOUT_TAG: v.to_state()} if isinstance(v, Rollout) else v for k, v in d["meta"].items()}
+        return d
 
     @classmethod
     def from_state(cls, d: dict) -> "Rollout":
@@ -133,6 +140,9 @@ class Rollout:
             kw["purpose"], kw["fate"] = "train", "discarded"
         if kw.get("fate") in (None, "open"):  # restored outside its step: never charged again
             kw["fate"] = "new"
+        if kw.get("meta"):
+            kw["meta"] = {k: cls.from_state(v[_ROLLOUT_TAG]) if isinstance(v, dict) and _ROLLOUT_TAG in v else v
+                          for k, v in kw["meta"].items()}
         return cls(**kw)
 
 
