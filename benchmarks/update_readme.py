@@ -28,7 +28,7 @@ def main() -> None:
     parts = [legend(), ""]  # once, above the tables it explains
     # the earlier benches (bench_full, bench_120k, bench_mixes, bench_pc_tuned) ran on a base that cannot
     # be rebuilt; their reports stay in benchmarks/results/ as records, out of the README
-    for name, title in (("bench2", "GRPO, the oracle and the leading planners, 8 seeds, on the shipped base"),):
+    for name, title in (("bench2", "Bench 2.0: GRPO, the oracle and the other planners, 8 seeds each, on the shipped base"),):
         p = ROOT / "benchmarks" / "results" / name / "summary.json"
         if p.exists():
             parts.append(section(p, title))
