@@ -346,9 +346,14 @@ def _write_jsonl(path, rows):
     return str(path)
 
 
-def test_file_task_without_model_says_what_it_needs():
-    with pytest.raises(ValueError, match="task 'file' has no supervised warm start.*--model PATH"):
-        load_config(None, {"task": "file", "task_options": {"train_path": "t.jsonl", "heldout_path": "h.jsonl"}})
+def test_task_without_warm_start_or_model_says_what_it_needs():
+    # a file task warm-starts the tiny model on its rows (tests/test_file_warmstart.py); a task with no
+    # supervised examples cannot, and needs --model
+    load_config(None, {"task": "file", "task_options": {"train_path": "t.jsonl", "heldout_path": "h.jsonl"}})
+    task = "rewards_for_tests:TaskWithoutWarmStart"
+    with pytest.raises(ValueError, match=f"task '{task}' has no supervised warm start.*--model PATH"):
+        load_config(None, {"task": task})
+    load_config(None, {"task": task, "model": "some/dir"})
 
 
 @pytest.mark.parametrize("prompt,answer,msg", [
