@@ -143,10 +143,10 @@ def build_base(task, cfg: WarmStartConfig, out: Path, log=print, command: str = 
         report = base_report(policy, task)
     out = Path(out)
     policy.save(out)
-    (out / "report.json").write_text(json.dumps({"config": asdict(cfg), **report}, indent=2))
+    (out / "report.json").write_text(json.dumps({"config": _settings(cfg), **report}, indent=2))
     (out / "build.json").write_text(json.dumps({
         "fingerprint": fingerprint(task, cfg), "task": getattr(task, "name", type(task).__name__),
-        "task_fingerprint": task.base_fingerprint(), "warmstart": asdict(cfg), "version": WARMSTART_VERSION,
+        "task_fingerprint": task.base_fingerprint(), "warmstart": _settings(cfg), "version": WARMSTART_VERSION,
         "torch": torch.__version__, "seconds": round(time.time() - t0, 1), "command": command}, indent=2,
         default=str))
     return report

@@ -250,8 +250,10 @@ class FileTask:
 
     def alphabet(self) -> str:
         """Every character of the rows as read (supervised, train and held-out prompts and answers)."""
-        return "".join(sorted({c for text, ans in self._raw + [r[:2] for r in self.sft_rows()]
-                               for c in text + ans}))
+        if getattr(self, "_alphabet", None) is None:
+            self._alphabet = "".join(sorted({c for text, ans in self._raw + [r[:2] for r in self.sft_rows()]
+                                             for c in text + ans}))
+        return self._alphabet
 
     def base_fingerprint(self) -> list:
         """What shapes the base: the supervised rows as read (prompt and target), the held-out rows (which
