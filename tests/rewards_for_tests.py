@@ -8,3 +8,17 @@ def by_length(response: str, answer: str) -> float:
 
 def by_length_parts(response: str, answer: str) -> dict:
     return {"correct": float(len(response) % 2), "format": float(len(response) % 3 == 0)}
+
+
+class TaskWithoutWarmStart:
+    """A task with prompts and a verifier but no supervised examples: a run on it needs --model."""
+
+    def train_pool(self):
+        return []
+
+    def heldout(self):
+        return []
+
+    @staticmethod
+    def verify(response: str, answer: str) -> float:
+        return float(response == answer)

@@ -346,9 +346,14 @@ def _write_jsonl(path, rows):
     return str(path)
 
 
-def test_file_task_without_model_says_what_it_needs():
-    with pytest.raises(ValueError, match="task 'file' has no supervised warm start.*--model PATH"):
-        load_config(None, {"task": "file", "task_options": {"train_path": "t.jsonl", "heldout_path": "h.jsonl"}})
+def test_task_without_warm_start_or_model_says_what_it_needs():
+    # a file task warm-starts the tiny model on its rows (tests/test_file_warmstart.py); a task with no
+    # supervised examples cannot, and needs --model
+    load_config(None, {"task": "file", "task_options": {"train_path": "t.jsonl", "heldout_path": "h.jsonl"}})
+    task = "rewards_for_tests:TaskWithoutWarmStart"
+    with pytest.raises(ValueError, match=f"task '{task}' has no supervised warm start.*--model PATH"):
+        load_config(None, {"task": task})
+    load_config(None, {"task": task, "model": "some/dir"})
 
 
 @pytest.mark.parametrize("prompt,answer,msg", [
@@ -461,7 +466,8 @@ def test_bench_checks_come_before_any_run(tmp_path):
     (["train", "--set", "nokey"], "--set 'nokey': expected KEY=VALUE"),
     (["train", "--set", "learner.lrr=1"], "unknown key 'lrr'"),
     (["train", "--planner", "nope"], "no planner named 'nope'"),
-    (["train", "--task", "file"], "needs --model PATH"),
+    (["train", "--task", "file"], "file task: set both task_options.train_path and task_options.heldout_path"),
+    (["train", "--task", "rewards_for_tests:TaskWithoutWarmStart"], "needs --model PATH"),
     (["train", "--config", "/nonexistent/c.yaml"], "No such file"),
     (["train", "--out", ""], "out must name a directory"),
     (["train", "--set", "x=[1"], "not a YAML value"),

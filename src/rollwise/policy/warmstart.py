@@ -7,7 +7,9 @@ The build is deterministic: one torch thread and deterministic algorithms while 
 draw seeded, so a rebuild of the shipped base reproduces its weights on a machine of this kind
 (`benchmarks/rebuild_base.py` checks it). Any task can be warm-started if it provides
 `sft_examples(n, seed) -> [(prompt, answer, level)]` and `base_fingerprint()` (what about the task shapes
-its base: for the arithmetic task, its seed and held-out set, not the train pool's size or mix).
+its base: for the arithmetic task, its seed and held-out set, not the train pool's size or mix). A task
+read from files (`tasks/files.py`) also provides `sft_rows()` (its rows must fit `block_size`, checked
+first), `alphabet()` (the tokenizer gets every character of its data) and `report_pool_size`.
 
 The base must have a spread of pass rates (near 1 on easy levels, near 0 on the hardest, many prompts
 in between): that spread is what makes rollout efficiency matter. `report.json` in the checkpoint
@@ -31,7 +33,7 @@ import torch.nn.functional as F
 from ..tasks.reward import Scorer
 from .policy import Policy
 from .tiny import TinyConfig, TinyGPT
-from .tokenizer import char_tokenizer
+from .tokenizer import char_tokenizer, extend_alphabet
 
 WARMSTART_VERSION = 2  # bump when the recipe changes, so stale caches and shipped bases are not reused
 SHIPPED = Path(__file__).resolve().parent.parent / "assets" / "bases"
@@ -48,18 +50,38 @@ class WarmStartConfig:
     n_head: int = 4
     n_embd: int = 128
     block_size: int = 64  # the model's context (prompt + response tokens)
+    # characters added to the tiny tokenizer's alphabet beyond `CHARS` (a file task's base also gets every
+    # character of its rows): e.g. ones the model should be able to write that the data lacks
+    extra_chars: str = ""
 
 
 def default_cache_dir() -> Path:
     return Path(os.environ.get("ROLLWISE_CACHE", Path.home() / ".cache" / "rollwise"))
 
 
+def _settings(cfg: WarmStartConfig) -> dict:
+    """The warm-start settings as hashed: `extra_chars` only when set, so the keys of the bases built
+    before it existed (the shipped ones) do not change."""
+    d = asdict(cfg)
+    if not d["extra_chars"]:
+        del d["extra_chars"]
+    return d
+
+
 def fingerprint(task, cfg: WarmStartConfig) -> str:
     """A hash of everything that shapes the base: the recipe version, the warm-start settings, the task
     and what of it the base depends on."""
     name = getattr(task, "name", type(task).__name__)
-    return hashlib.sha256(json.dumps([WARMSTART_VERSION, asdict(cfg), name, task.base_fingerprint()],
+    return hashlib.sha256(json.dumps([WARMSTART_VERSION, _settings(cfg), name, task.base_fingerprint()],
                                      sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def base_alphabet(task, cfg: WarmStartConfig) -> str:
+    """The tiny tokenizer's alphabet for this base: `CHARS`, then (sorted) `cfg.extra_chars` and the
+    characters of the task's data (`task.alphabet()`, a file task's rows) that `CHARS` lacks. For the
+    procedural tasks with default settings it is `CHARS`, so their tokenizer is today's."""
+    data = task.alphabet() if hasattr(task, "alphabet") else ""
+    return extend_alphabet(cfg.extra_chars, data)
 
 
 def shipped_base(key: str) -> Path | None:
@@ -92,8 +114,9 @@ def base_checkpoint(task, cfg: WarmStartConfig | None = None, cache_dir: Path | 
         tmp.rename(path)  # atomic: a half-built base is never picked up
     except OSError:  # another process built it first
         shutil.rmtree(tmp, ignore_errors=True)
-    log("warm start: base held-out accuracy by level: " +
-        ", ".join(f"L{k[len('eval_acc_L'):]} {v:.2f}" for k, v in report.items() if k.startswith("eval_acc_L")))
+    levels = ", ".join(f"L{k[len('eval_acc_L'):]} {v:.2f}" for k, v in report.items() if k.startswith("eval_acc_L"))
+    log(f"warm start: base held-out accuracy by level: {levels}" if levels else
+        f"warm start: base held-out accuracy {report['eval_acc']:.2f}")
     return path
 
 
@@ -120,10 +143,10 @@ def build_base(task, cfg: WarmStartConfig, out: Path, log=print, command: str = 
         report = base_report(policy, task)
     out = Path(out)
     policy.save(out)
-    (out / "report.json").write_text(json.dumps({"config": asdict(cfg), **report}, indent=2))
+    (out / "report.json").write_text(json.dumps({"config": _settings(cfg), **report}, indent=2))
     (out / "build.json").write_text(json.dumps({
         "fingerprint": fingerprint(task, cfg), "task": getattr(task, "name", type(task).__name__),
-        "task_fingerprint": task.base_fingerprint(), "warmstart": asdict(cfg), "version": WARMSTART_VERSION,
+        "task_fingerprint": task.base_fingerprint(), "warmstart": _settings(cfg), "version": WARMSTART_VERSION,
         "torch": torch.__version__, "seconds": round(time.time() - t0, 1), "command": command}, indent=2,
         default=str))
     return report
@@ -131,12 +154,16 @@ def build_base(task, cfg: WarmStartConfig, out: Path, log=print, command: str = 
 
 def supervised_warm_start(task, cfg: WarmStartConfig, log=print, on_step=None) -> Policy:
     torch.manual_seed(cfg.seed)
-    tok = char_tokenizer()
+    tok = char_tokenizer(base_alphabet(task, cfg))
     model = TinyGPT(TinyConfig(vocab_size=len(tok), n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=cfg.n_embd,
                                block_size=cfg.block_size))
     policy = Policy(model, tok, "tiny")
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
+    if hasattr(task, "sft_rows"):  # a task read from files: every distinct row must fit the context
+        check_context(task, policy, cfg)
     examples = task.sft_examples(cfg.steps * cfg.batch_size, seed=10_000 + cfg.seed)
+    for line in getattr(task, "sft_notes", lambda: [])():  # e.g. where a file task's rows came from
+        log(f"warm start: {line}")
     if getattr(task, "sft_group_by_length", False):  # a long-response task: little padding per batch
         examples = group_by_length(examples, cfg.batch_size, np.random.default_rng(cfg.seed))
     t0 = time.time()
@@ -171,6 +198,21 @@ def supervised_warm_start(task, cfg: WarmStartConfig, log=print, on_step=None) -
     return policy
 
 
+def check_context(task, policy: Policy, cfg: WarmStartConfig) -> None:
+    """Every supervised row (prompt + response + EOS) fits `block_size`, else one error naming the first
+    row that does not (`task.describe_sft(i)`: its file and row) and the size that fits them all."""
+    need = [len(policy.encode(text)) + len(policy.encode(resp)) + 1 for text, resp, _ in task.sft_rows()]
+    longest = max(need)
+    if longest <= cfg.block_size:
+        return
+    i = next(i for i, n in enumerate(need) if n > cfg.block_size)
+    text, resp, _ = task.sft_rows()[i]
+    raise ValueError(f"{task.describe_sft(i)}: prompt {len(policy.encode(text))} + response "
+                     f"{len(policy.encode(resp))} + EOS = {need[i]} tokens, more than the base's context "
+                     f"warmstart.block_size={cfg.block_size}; the longest row needs {longest}: "
+                     f"--set warmstart.block_size={longest} (or more, for a prompt plus max_new_tokens)")
+
+
 def group_by_length(examples: list, batch_size: int, rng: np.random.Generator, window: int = 16) -> list:
     """The examples reordered so that each batch (consecutive `batch_size` of them) holds responses of
     similar length: within each window of `window` batches, sort by response length, cut into batches
@@ -190,6 +232,9 @@ def base_report(policy: Policy, task, max_new_tokens: int = 16) -> dict:
     from ..run.evaluate import evaluate
 
     max_new_tokens = getattr(task, "max_new_tokens", max_new_tokens)
+    if hasattr(task, "sft_rows"):  # a task read from files: room for its longest response or answer
+        max_new_tokens = max(len(policy.encode(r)) for r in
+                             [resp for _, resp, _ in task.sft_rows()] + [p.answer for p in task.heldout()]) + 8
     scorer = Scorer(task.verify)
     out = evaluate(policy, task.heldout(), scorer, max_new_tokens=max_new_tokens)
     # Spread of per-prompt pass rates over the train pool (8 samples each): the share of prompts
@@ -199,6 +244,9 @@ def base_report(policy: Policy, task, max_new_tokens: int = 16) -> dict:
     from ..generate.torch_engine import TorchEngine
 
     pool = task.train_pool()
+    cap = getattr(task, "report_pool_size", None)  # a large file: the statistics of a seeded sample
+    if cap is not None and len(pool) > cap:
+        pool = [pool[i] for i in sorted(np.random.default_rng(0).choice(len(pool), cap, replace=False))]
     res = run_sync(TorchEngine(policy, seed=1, max_new_tokens=max_new_tokens),
                    [Request(p, 8, id=i) for i, p in enumerate(pool)])
     rates = np.array([sum(scorer.judge(r.text, p.answer).correct for r in e.group.rollouts) / 8
@@ -206,4 +254,6 @@ def base_report(policy: Policy, task, max_new_tokens: int = 16) -> dict:
     out["pool_all_correct"] = float((rates == 1).mean())
     out["pool_all_wrong"] = float((rates == 0).mean())
     out["pool_mixed"] = float(((rates > 0) & (rates < 1)).mean())
+    if cap is not None:
+        out["pool_prompts"] = len(pool)
     return out

@@ -146,8 +146,10 @@ def validate(cfg: Config) -> None:
     registry.check_options(task, cfg.task_options, "task_options", label=cfg.task)
     check_option_types(task, cfg.task_options, "task_options")
     if cfg.model is None and not (hasattr(task, "sft_examples") and hasattr(task, "base_fingerprint")):
-        raise ValueError(f"task {cfg.task!r} has no supervised warm start to build a base model from: "
-                         "a run on it needs --model PATH (a local checkpoint directory with its tokenizer)")
+        # a task with sft_examples and base_fingerprint (arithmetic, chain, file) builds and caches its base
+        raise ValueError(f"task {cfg.task!r} has no supervised warm start (sft_examples and base_fingerprint) "
+                         "to build a base model from: a run on it needs --model PATH (a local checkpoint "
+                         "directory with its tokenizer)")
     engine = registry.get("engine", cfg.engine).obj
     if not hasattr(engine, "for_policy"):
         raise ValueError(f"engine {cfg.engine!r} does not sample from a policy and cannot train one; "

@@ -23,13 +23,21 @@ it to `use_tokenizer` and every prompt becomes the template's rendering of [syst
 prompt, with the generation prompt (the assistant turn's opening) added: the form the model was tuned on.
 `chat_template=False` keeps the raw text; the tiny model's tokenizer has no template, so it is unchanged.
 
-A file task has no supervised warm start, so a run on it needs `--model PATH` (config.validate says so).
+Warm start: a file task can build a base for the embedded tiny model (`rollwise warmstart --task file`, or
+`rollwise train --task file` without `--model`, which builds and caches it). The supervised rows are those
+of `sft_path` (same format and prompt field as the train file; the target is the answer field after
+`answer_extract`, or the raw `sft_response_field`, e.g. a worked solution), else the train rows. A row whose
+prompt text is a held-out prompt is dropped (never a supervised target). The tiny tokenizer's alphabet
+grows with every character of the rows (`alphabet()`), so capitals and newlines need no other model.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
+
+import numpy as np
 
 from ..core.registry import register
 from ..core.types import Prompt
@@ -171,9 +179,13 @@ class FileTask:
     answer_extract: str = "none"  # "####" or "boxed": the reference answer is taken out of the answer field
     system_prompt: str | None = None  # the chat template's system message
     chat_template: bool = True  # prompts through the tokenizer's chat template, if it has one
+    sft_path: str = ""  # the warm start's supervised rows (same format and prompt field); "": the train rows
+    sft_response_field: str | None = None  # the warm start's target column (e.g. a worked solution), taken
+    # as written; None: the answer field after answer_extract
 
     # the verifier compares the response with the answer: the trainer checks every answer can be written
     answers_are_responses = True
+    report_pool_size = 512  # the base's report: pass-rate statistics over at most this many train prompts
 
     def __post_init__(self):
         if not self.train_path or not self.heldout_path:
@@ -183,6 +195,79 @@ class FileTask:
                                    rows_out=self._rows["train"], answer_extract=self.answer_extract)
         self._heldout = load_prompts(self.heldout_path, self.prompt_field, self.answer_field,
                                      rows_out=self._rows["held-out"], answer_extract=self.answer_extract)
+        self._raw = [(p.text, p.answer) for p in self._train + self._heldout]  # before any chat template
+        self._heldout_texts = {p.text for p in self._heldout}
+        self._sft: list[tuple[str, str, int]] | None = None
+
+    # ---- the supervised warm start (policy/warmstart.py) --------------------------------------------
+    def _load_sft(self) -> None:
+        """The supervised rows (read once): prompt text, target and level, with their file rows; a row
+        whose prompt is a held-out prompt is dropped and counted."""
+        if self._sft is not None:
+            return
+        path = self.sft_path or self.train_path
+        field = self.sft_response_field or self.answer_field
+        how = "none" if self.sft_response_field else self.answer_extract
+        if path == self.train_path and field == self.answer_field and how == self.answer_extract:
+            prompts, rows = self._train, self._rows["train"]
+            if getattr(self, "_templated", False):  # the raw text, as read
+                prompts = [replace(p, text=t) for p, (t, _) in zip(prompts, self._raw)]
+        else:
+            rows = []
+            prompts = load_prompts(path, self.prompt_field, field, rows_out=rows, answer_extract=how)
+        keep = [i for i, p in enumerate(prompts) if p.text not in self._heldout_texts]
+        self._sft_dropped = len(prompts) - len(keep)
+        if not keep:
+            raise ValueError(f"{path}: every supervised row's prompt is a held-out prompt; none is left to "
+                             "warm-start on")
+        self._sft = [(prompts[i].text, prompts[i].answer, prompts[i].level) for i in keep]
+        self._sft_rows = [rows[i] for i in keep]
+        self._sft_from = path
+
+    def sft_rows(self) -> list[tuple[str, str, int]]:
+        """The distinct supervised rows (prompt, target, level), held-out prompts dropped."""
+        self._load_sft()
+        return self._sft
+
+    def describe_sft(self, index: int) -> str:
+        """`<file>: row <n>` of the index-th supervised row."""
+        self._load_sft()
+        return f"{self._sft_from}: row {self._sft_rows[index]}"
+
+    def sft_notes(self) -> list[str]:
+        """What the warm start logs about its rows: where they came from and how many were dropped."""
+        self._load_sft()
+        notes = [] if self.sft_path else [f"task_options.sft_path is not set: the {len(self._sft)} supervised "
+                                          f"rows are the train rows of {self.train_path}"]
+        if self._sft_dropped:
+            notes.append(f"{self._sft_dropped} supervised row(s) dropped: their prompt is a held-out prompt")
+        return notes
+
+    def sft_examples(self, n: int, seed: int) -> list[tuple[str, str, int]]:
+        """n supervised examples (prompt, target, level) drawn from the rows with repeats, seeded."""
+        rows = self.sft_rows()
+        return [rows[i] for i in np.random.default_rng(seed).integers(len(rows), size=n)]
+
+    def alphabet(self) -> str:
+        """Every character of the rows as read (supervised, train and held-out prompts and answers)."""
+        if getattr(self, "_alphabet", None) is None:
+            self._alphabet = "".join(sorted({c for text, ans in self._raw + [r[:2] for r in self.sft_rows()]
+                                             for c in text + ans}))
+        return self._alphabet
+
+    def base_fingerprint(self) -> list:
+        """What shapes the base: the supervised rows as read (prompt and target), the held-out rows (which
+        rows are dropped; the base's report), the alphabet and the options that read them; not the files'
+        paths or times."""
+        def digest(rows) -> str:
+            h = hashlib.sha256()
+            for row in rows:
+                h.update(json.dumps(list(row)).encode() + b"\n")
+            return h.hexdigest()
+
+        heldout = [(t, a) for t, a in self._raw[len(self._train):]]
+        return ["file-v1", digest(r[:2] for r in self.sft_rows()), digest(heldout), self.alphabet(),
+                self.prompt_field, self.answer_field, self.answer_extract, self.sft_response_field]
 
     def use_tokenizer(self, tokenizer) -> None:
         """Render every prompt with the tokenizer's chat template (once; see the module's docstring)."""
