@@ -1,4 +1,4 @@
-"""rollwise command line: train, eval, list, bench."""
+"""rollwise command line: train, eval, warmstart, export, list, bench."""
 from __future__ import annotations
 
 import argparse
@@ -152,6 +152,15 @@ def cmd_warmstart(args) -> int:
     return 0
 
 
+def cmd_export(args) -> int:
+    """Write a checkpoint (or a run's latest policy) as a Hugging Face checkpoint directory."""
+    from .policy.export import export_checkpoint
+
+    out = export_checkpoint(args.model, args.out)
+    print(f"exported {args.model} -> {out} (loads with AutoModelForCausalLM.from_pretrained)")
+    return 0
+
+
 def cmd_list(args) -> int:
     from .core import registry
 
@@ -203,6 +212,10 @@ def main(argv=None) -> int:
     pw.add_argument("--out", help="write the base here (default: the cache, or the shipped base if it matches)")
     pw.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="e.g. warmstart.steps=600, task_options.seed=1")
+    px = sub.add_parser("export", help="write a checkpoint or a run's trained policy as a Hugging Face "
+                                      "checkpoint (AutoModelForCausalLM.from_pretrained loads it)")
+    px.add_argument("--model", required=True, help="a checkpoint directory, or a run directory (uses DIR/model)")
+    px.add_argument("--out", required=True, help="a new (or empty) directory")
     sub.add_parser("list", help="every registered component, by kind, with provenance")
     from .bench.cli import add_bench_parser
     add_bench_parser(sub)
@@ -219,7 +232,8 @@ def main(argv=None) -> int:
     from .run.loop import RunStopped
 
     try:
-        return {"train": cmd_train, "eval": cmd_eval, "list": cmd_list, "warmstart": cmd_warmstart}.get(args.cmd, getattr(args, "func", None))(args)
+        return {"train": cmd_train, "eval": cmd_eval, "list": cmd_list, "warmstart": cmd_warmstart,
+                "export": cmd_export}.get(args.cmd, getattr(args, "func", None))(args)
     except (ValueError, OSError, KeyError, RunStopped, BenchFailed) as e:
         # bad input, a file that cannot be read or written, or a run that stopped for a stated reason: one
         # line, no traceback (a genuine bug raises something else and keeps its traceback)

@@ -1,0 +1,74 @@
+"""Export a trained policy as a standard Hugging Face checkpoint that `AutoModelForCausalLM.from_pretrained`
+loads without rollwise installed.
+
+rollwise's tiny model is a GPT-2 block for block: learned positions, pre-LayerNorm (eps 1e-5), fused qkv
+with biases, exact GELU MLP of width 4C, an untied output head without bias. So its weights map onto
+`GPT2LMHeadModel` one to one (GPT-2's Conv1D stores each linear transposed), and the exported model
+computes the same function: tests/test_export.py checks the logits and greedy generations agree. A run
+on a Hugging Face model (`--model`) already saves `model/` with `save_pretrained`; exporting it copies it.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+from .policy import Policy
+
+# TinyGPT parameter -> GPT-2 parameter, per block ({i}); True where GPT-2's Conv1D wants the transpose
+_BLOCK = {
+    "ln1.weight": ("ln_1.weight", False), "ln1.bias": ("ln_1.bias", False),
+    "qkv.weight": ("attn.c_attn.weight", True), "qkv.bias": ("attn.c_attn.bias", False),
+    "proj.weight": ("attn.c_proj.weight", True), "proj.bias": ("attn.c_proj.bias", False),
+    "ln2.weight": ("ln_2.weight", False), "ln2.bias": ("ln_2.bias", False),
+    "mlp.0.weight": ("mlp.c_fc.weight", True), "mlp.0.bias": ("mlp.c_fc.bias", False),
+    "mlp.2.weight": ("mlp.c_proj.weight", True), "mlp.2.bias": ("mlp.c_proj.bias", False),
+}
+_TOP = {"wte.weight": "transformer.wte.weight", "wpe.weight": "transformer.wpe.weight",
+        "ln_f.weight": "transformer.ln_f.weight", "ln_f.bias": "transformer.ln_f.bias",
+        "head.weight": "lm_head.weight"}
+
+
+def tiny_to_gpt2(policy: Policy) -> GPT2LMHeadModel:
+    """The tiny model's weights in a `GPT2LMHeadModel` that computes the same logits."""
+    if policy.kind != "tiny":
+        raise ValueError("tiny_to_gpt2: the policy is not rollwise's tiny model")
+    c = policy.model.config
+    tok = policy.tokenizer
+    config = GPT2Config(vocab_size=c.vocab_size, n_positions=c.block_size, n_embd=c.n_embd, n_layer=c.n_layer,
+                        n_head=c.n_head, n_inner=4 * c.n_embd, activation_function="gelu",  # exact, as nn.GELU()
+                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=1e-5,
+                        tie_word_embeddings=False, bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id,
+                        pad_token_id=tok.pad_token_id)
+    gpt2 = GPT2LMHeadModel(config)
+    state = {}
+    for name, w in policy.model.state_dict().items():
+        if name in _TOP:
+            state[_TOP[name]] = w
+            continue
+        _, i, rest = name.split(".", 2)  # blocks.<i>.<rest>
+        target, transpose = _BLOCK[rest]
+        state[f"transformer.h.{i}.{target}"] = w.t() if transpose else w
+    missing, unexpected = gpt2.load_state_dict({k: v.contiguous() for k, v in state.items()}, strict=False)
+    missing = [k for k in missing if not k.endswith("attn.bias") and not k.endswith("masked_bias")]  # buffers
+    if missing or unexpected:
+        raise RuntimeError(f"tiny_to_gpt2: unmapped weights (missing {missing}, unexpected {unexpected})")
+    return gpt2.eval()
+
+
+def export_checkpoint(src: str | Path, out: str | Path) -> Path:
+    """Write `src` (a checkpoint directory, or a run directory holding `model/`) to `out` as a Hugging Face
+    checkpoint: config.json, model.safetensors and the tokenizer files."""
+    src, out = Path(src), Path(out)
+    if (src / "model" / "config.json").exists():
+        src = src / "model"  # a run directory (its config.json is the run's): its latest saved policy
+    if out.exists() and any(out.iterdir()):
+        raise ValueError(f"--out {out}: exists and is not empty (rollwise never overwrites a directory)")
+    policy = Policy.load(src)
+    model = tiny_to_gpt2(policy) if policy.kind == "tiny" else policy.model
+    out.mkdir(parents=True, exist_ok=True)
+    with torch.no_grad():
+        model.save_pretrained(str(out))
+    policy.tokenizer.save_pretrained(str(out))
+    return out
