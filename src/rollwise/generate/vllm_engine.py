@@ -121,7 +121,8 @@ class VLLMRuntime:
         vllm = _import_vllm()
         if policy.kind != "hf":
             raise ValueError("--engine vllm needs a Hugging Face checkpoint (--model DIR); the embedded tiny "
-                             "model is rollwise's own architecture, which vLLM cannot load")
+                             "model is rollwise's own class: export it first (rollwise export --model DIR --out HF_DIR "
+                             "writes it as GPT-2, which vLLM loads), then --model HF_DIR")
         path = model or getattr(policy.model.config, "_name_or_path", "")
         if not path or not os.path.isfile(os.path.join(str(path), "config.json")):
             path = tempfile.mkdtemp(prefix="rollwise-vllm-")  # a policy built in memory: save it

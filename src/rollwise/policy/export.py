@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
+from transformers.utils import logging as hf_logging
 
 from .policy import Policy
 
@@ -68,6 +69,7 @@ def export_checkpoint(src: str | Path, out: str | Path) -> Path:
     policy = Policy.load(src)
     model = tiny_to_gpt2(policy) if policy.kind == "tiny" else policy.model
     out.mkdir(parents=True, exist_ok=True)
+    hf_logging.disable_progress_bar()  # one line of output, not a shard-writing bar
     with torch.no_grad():
         model.save_pretrained(str(out))
     policy.tokenizer.save_pretrained(str(out))
