@@ -18,7 +18,8 @@ How high could any model score? The tiny bench's agreement with itself bounds it
 the figures from two disjoint halves of its seeds (every 3 + 2 split, averaged; pessimistic, as each half
 has fewer seeds than the bench) and between two independent bootstrap resamples of its seeds (optimistic,
 as the resamples share seeds). Writes benchmarks/results/sim_rank.{json,md} and the
-simulator bench's report under benchmarks/results/bench_sim/ (summary, report, plot; not the runs).
+simulator bench's report under benchmarks/results/bench_sim/ (summary, report, plot; not the runs), or
+<out>_sim_bench/ beside another --out.
 """
 from __future__ import annotations
 
@@ -130,11 +131,13 @@ def main() -> int:
         finally:
             os.chdir(cwd)
         sim = json.loads((bench_out / "summary.json").read_text())
-        keep = RESULTS / "bench_sim"
+        # the default record keeps its simulator bench in bench_sim/; another --out beside itself
+        out_name = Path(args.out).name
+        keep = RESULTS / ("bench_sim" if out_name == "sim_rank" else f"{out_name}_sim_bench")
         shutil.rmtree(keep, ignore_errors=True)
         keep.mkdir(parents=True)
         for f in bench_out.iterdir():
-            if f.is_file():
+            if f.is_file() and f.name != ".lock":  # the bench's lock on its directory
                 shutil.copy(f, keep / f.name)
     sim_pl = sim["mixes"]["default"]["planners"]
     common = [p for p in planners if p in sim_pl]
