@@ -1,13 +1,13 @@
 """The in-flight and speculative components (SPEC-RL, ARRoL, DUET's abort, TreePO) on the long-response task,
 alone and composed with AR3PO, against GRPO on the Bench 2.0 protocol; then their own figures.
 
-    python benchmarks/generate3_bench.py [--seeds 1] [--jobs 2] [--out DIR]
+    python benchmarks/generate3_bench.py [--seeds 1] [--jobs 2] [--out DIR] [--budget N] [--eval-size N]
 
 Two `rollwise bench --task chain` runs share the seeds, the base and the budget (the task's bench defaults:
 400,000 tokens, pool 300, 200 held-out prompts evaluated every 40,000 tokens):
   * `main`: uniform (GRPO), ar3po, spec-rl, ar3po+spec-rl, arrol, ar3po+arrol, duet-abort, ar3po+duet-abort;
   * `treepo`: uniform and treepo with `--advantage treepo` (the tree estimator; on plain groups it is
-    REINFORCE++-baseline, so that bench's own GRPO-shaped baseline uses it too).
+    REINFORCE++-baseline, so that bench's own GRPO-shaped baseline uses it too), segments of 16 tokens.
 Then every run's metrics.jsonl is read for what the bench report does not show: tokens by kind (decoded,
 accepted from a draft, shared tree prefix) and fate (pruned), the draft tokens verified, the budget in
 decode-equivalent tokens, SPEC-RL's acceptance rate, TreePO's segments per tree, ARRoL's pruned share and
@@ -27,7 +27,10 @@ RESULTS = ROOT / "benchmarks" / "results"
 BENCHES = {
     "main": (["uniform", "ar3po", "spec-rl", "ar3po+spec-rl", "arrol", "ar3po+arrol", "duet-abort",
               "ar3po+duet-abort"], []),
-    "treepo": (["uniform", "treepo"], ["--set", "learner.advantage=treepo"]),
+    # segments of 16 tokens, at most 14 deep: the paper's 512 x 14 for 7k-token responses, scaled to the task's
+    # max_new_tokens of 224 (its default of 4 tokens suits the 5-token arithmetic answers)
+    "treepo": (["uniform", "treepo"], ["--set", "learner.advantage=treepo", "--set", "planner_options.treepo.segment_tokens=16",
+                                       "--set", "planner_options.treepo.max_depth=14"]),
 }
 
 
@@ -132,6 +135,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, default=1)
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--budget", type=int, help="tokens per run (default: the chain task's bench budget)")
+    ap.add_argument("--eval-size", type=int, help="held-out prompts (default: the chain task's)")
     ap.add_argument("--out", default="bench-generate3", help="where the two benches' runs go")
     ap.add_argument("--record", default=str(RESULTS / "generate3_chain"), help="the .json/.md written")
     ap.add_argument("--report-only", action="store_true", help="tabulate finished runs only")
@@ -142,6 +147,8 @@ def main() -> int:
     for name, (planners, extra) in BENCHES.items():
         cmd = ["rollwise", "bench", "--task", "chain", "--planners", ",".join(planners), "--seeds", str(args.seeds),
                "--jobs", str(args.jobs), "--out", str(out / name), *extra]
+        cmd += ["--budget", str(args.budget)] if args.budget else []
+        cmd += ["--eval-size", str(args.eval_size)] if args.eval_size else []
         if args.report_only:
             cmd.append("--report-only")
         print(" ".join(cmd), file=sys.stderr, flush=True)
