@@ -23,6 +23,8 @@ def _train_parser(sub):
     p.add_argument("--recompose")
     p.add_argument("--task", help="task name (arithmetic, chain, file)")
     p.add_argument("--engine", help="engine that samples: a registered name (torch) or 'module:Class'")
+    p.add_argument("--device", help="where the learner and the torch engine run: cpu (default), cuda, cuda:N, "
+                   "auto (cuda if available)")
     p.add_argument("--mode", choices=["sync", "async"], help="async: Ray rollout workers run ahead of the learner")
     p.add_argument("--workers", type=int, help="async: rollout workers (Ray actors)")
     p.add_argument("--max-staleness", type=int, dest="max_staleness",
@@ -45,7 +47,7 @@ def _overrides(args) -> dict:
 
     ov = {}
     for key in ("model", "steps", "seed", "out", "planner", "task", "reward", "engine", "mode", "workers",
-                "max_staleness"):
+                "max_staleness", "device"):
         if getattr(args, key, None) is not None:
             ov[key] = getattr(args, key)
     if getattr(args, "logger", None) is not None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -37,6 +38,7 @@ class Config:
     workers: int = 1  # async: rollout workers (Ray actors), each with its own engine and policy copy
     max_staleness: int = 1  # async: a step's rollouts come from a policy at most this many updates old
     engine_options: dict = field(default_factory=dict)  # extra keyword arguments for the engine
+    device: str = "cpu"  # where the policy (learner, torch engine) lives: cpu, cuda, cuda:N, auto (cuda if available)
     seed: int = 0
     budget_tokens: int = 0  # stop once this many generated tokens are spent (0 = no limit)
     eval_every: int = 10  # steps between held-out evaluations (0: off unless eval_every_tokens is set)
@@ -292,6 +294,7 @@ def check_fields(cfg: Config) -> None:
     for name in ("model", "reward"):
         if getattr(cfg, name) is not None and not getattr(cfg, name).strip():
             raise ValueError(f"{name} must not be an empty string")
+    resolve_device(cfg.device)
     check_reward(cfg)
     from .loggers import check_loggers
 
@@ -399,6 +402,27 @@ def check_option_types(obj, options: dict, where: str) -> None:
     for key, value in list(options.items()):
         if key in hints and not isinstance(value, dict):
             options[key] = conform(value, hints[key], f"{where}.{key}")
+
+
+def resolve_device(device: str) -> str:
+    """The `device` field as a torch device string: "cpu", "cuda", "cuda:N", or "auto" (cuda when
+    torch.cuda.is_available(), else cpu). Anything else, or a CUDA device this torch cannot use, is one
+    ValueError naming the field."""
+    import torch
+
+    if not isinstance(device, str) or not re.fullmatch(r"cpu|auto|cuda(:\d+)?", device):
+        raise ValueError(f"device must be 'cpu', 'cuda', 'cuda:N' or 'auto', got {device!r}")
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ValueError(f"device: {device!r} asked for, but torch.cuda.is_available() is False "
+                             f"(this torch is {torch.__version__})")
+        index = int(device.split(":")[1]) if ":" in device else 0
+        if index >= torch.cuda.device_count():
+            raise ValueError(f"device: {device!r} asked for, but this machine has {torch.cuda.device_count()} "
+                             "CUDA device(s)")
+    return device
 
 
 # ---- what a resume may change -----------------------------------------------------------------------
