@@ -14,6 +14,9 @@ stop single samples, the Engine protocol's optional in-flight control; requests 
 `hidden=True` also show each running sample's last-layer hidden state, ARRoL's input). Submitted
 requests are decoded in chunks of at most `max_rows` rows (whole requests), one chunk after the other,
 in submission order; the random stream is therefore the same however often the caller polls.
+
+Device: the decode state (KV cache, buffers, the sampling generator) lives on the policy's device;
+what leaves the engine (rollouts, peeked tokens and hidden states) is on the CPU.
 """
 from __future__ import annotations
 
@@ -35,7 +38,8 @@ class TorchEngine:
             raise ValueError("engine: need temperature >= 0, 0 < top_p <= 1, max_new_tokens >= 1")
         self.policy, self.temperature, self.top_p = policy, temperature, top_p
         self.max_new_tokens, self.max_rows = max_new_tokens, max_rows
-        self.gen = torch.Generator().manual_seed(seed)
+        # on the device that samples (a policy without a device, a test double, is on the CPU)
+        self.gen = torch.Generator(device=getattr(policy, "device", "cpu")).manual_seed(seed)
         self.version = policy.version
         self._queue: list[Request] = []
         self._state: DecodeState | None = None
@@ -46,10 +50,21 @@ class TorchEngine:
         return cls(policy, **kwargs)
 
     def state_dict(self) -> dict:
-        return {"gen": self.gen.get_state()}
+        s = {"gen": self.gen.get_state()}
+        if self.gen.device.type != "cpu":  # a CPU generator's state is saved as before (no device key)
+            s["gen_device"] = self.gen.device.type
+        return s
 
     def load_state_dict(self, s: dict) -> None:
-        self.gen.set_state(s["gen"])
+        if s.get("gen_device", "cpu") == self.gen.device.type:
+            self.gen.set_state(s["gen"])
+        else:  # resumed on another kind of device: its generator cannot take the state; a seed drawn from it
+            src = torch.Generator(device="cpu")
+            if s.get("gen_device", "cpu") == "cpu":
+                src.set_state(s["gen"])
+            else:
+                src.manual_seed(int.from_bytes(bytes(s["gen"].tolist()[:8]), "little"))
+            self.gen.manual_seed(int(torch.randint(2 ** 62, (1,), generator=src, device="cpu")))
 
     # ---- the Engine protocol ---------------------------------------------------------------
     def submit(self, requests: list[Request], hidden: bool = False) -> None:
@@ -142,7 +157,8 @@ class DecodeState:
         U = len(requests)
         params = [engine.params(r) for r in requests]
         ns = [r.n for r in requests]
-        row_src = torch.repeat_interleave(torch.arange(U), torch.tensor(ns, dtype=torch.long))
+        dev = self.dev = getattr(pol, "device", torch.device("cpu"))
+        row_src = torch.repeat_interleave(torch.arange(U, device=dev), torch.tensor(ns, dtype=torch.long, device=dev))
         R = self.R = int(row_src.numel())
         self.row_req = row_src
         # per-row length limits: the request's max tokens (minus a resumed prefix), within the context;
@@ -157,39 +173,40 @@ class DecodeState:
             seg = r.sampling.segment_tokens
             full += [whole] * n
             limit += [whole if seg is None else min(whole, max(int(seg), 1))] * n
-        self.limit = torch.tensor(limit, dtype=torch.long)
-        self.full_limit = torch.tensor(full, dtype=torch.long)
+        self.limit = torch.tensor(limit, dtype=torch.long, device=dev)
+        self.full_limit = torch.tensor(full, dtype=torch.long, device=dev)
         temps = [params[u][0] for u in row_src.tolist()]
         tops = [params[u][1] for u in row_src.tolist()]
         # one temperature and top-p for the whole chunk (the usual case) keeps the scalar arithmetic
         self.t_scalar = temps[0] if temps and all(t == temps[0] for t in temps) else None
         self.p_scalar = tops[0] if tops and all(p == tops[0] for p in tops) else None
-        self.temp_R = torch.tensor(temps, dtype=torch.float32)
-        self.top_R = torch.tensor(tops, dtype=torch.float32)
+        self.temp_R = torch.tensor(temps, dtype=torch.float32, device=dev)
+        self.top_R = torch.tensor(tops, dtype=torch.float32, device=dev)
         max_new = int(self.limit.max()) if R else 0
-        self.tok_buf = torch.full((R, max(max_new, 1)), pol.pad_id, dtype=torch.long)
-        self.lp_buf = torch.zeros((R, max(max_new, 1)))
-        self.ent_buf = torch.zeros((R, max(max_new, 1)))
-        self.ent_sum = torch.zeros(R)
-        self.length = torch.zeros(R, dtype=torch.long)
-        self.hit_eos = torch.zeros(R, dtype=torch.bool)
+        self.tok_buf = torch.full((R, max(max_new, 1)), pol.pad_id, dtype=torch.long, device=dev)
+        self.lp_buf = torch.zeros((R, max(max_new, 1)), device=dev)
+        self.ent_buf = torch.zeros((R, max(max_new, 1)), device=dev)
+        self.ent_sum = torch.zeros(R, device=dev)
+        self.length = torch.zeros(R, dtype=torch.long, device=dev)
+        self.hit_eos = torch.zeros(R, dtype=torch.bool, device=dev)
         self.finished = self.limit == 0  # rows with nothing to generate are done at once
-        self.aborted = torch.zeros(R, dtype=torch.bool)
+        self.aborted = torch.zeros(R, dtype=torch.bool, device=dev)
         self.stopped: dict[int, str] = {}  # row -> how a caller ended it (engine.stop)
         self.version = engine.version
         self.t = 0
         self.keep_hidden = any(r.id in engine._hidden for r in requests)
         self.last_hidden = None  # h_BD of the running rows at their last token (keep_hidden only)
-        self.active = torch.arange(R)[~self.finished]
+        self.active = torch.arange(R, device=dev)[~self.finished]
         if len(self.active) == 0:
             return
         # prefill every distinct context once (left padding: every context ends at column Lp - 1)
         Lp = max(len(c) for c in contexts)
-        ids_UL = torch.full((U, Lp), pol.pad_id, dtype=torch.long)
-        mask_UL = torch.zeros((U, Lp), dtype=torch.long)
-        for i, c in enumerate(contexts):
-            ids_UL[i, Lp - len(c):] = torch.tensor(c)
+        ids_UL = torch.full((U, Lp), pol.pad_id, dtype=torch.long, device="cpu")
+        mask_UL = torch.zeros((U, Lp), dtype=torch.long, device="cpu")
+        for i, c in enumerate(contexts):  # built on the CPU, moved once
+            ids_UL[i, Lp - len(c):] = torch.tensor(c, dtype=torch.long, device="cpu")
             mask_UL[i, Lp - len(c):] = 1
+        ids_UL, mask_UL = ids_UL.to(dev), mask_UL.to(dev)
         pos_UL = (mask_UL.cumsum(1) - 1).clamp(min=0)
         with torch.no_grad():
             logits, cache, h = self._forward(ids_UL, mask_UL, pos_UL, None)
@@ -230,7 +247,7 @@ class DecodeState:
             self.pos, self.key_mask = self.pos[keep], self.key_mask[keep]
             self.cache = pol.select_cache(self.cache, keep)
         self.active = act
-        self.key_mask = torch.cat([self.key_mask, torch.ones(len(act), 1, dtype=torch.long)], dim=1)
+        self.key_mask = torch.cat([self.key_mask, torch.ones(len(act), 1, dtype=torch.long, device=self.dev)], dim=1)
         logits, self.cache, h = self._forward(tok.unsqueeze(1), self.key_mask, self.pos.unsqueeze(1), self.cache)
         self.last_logits = logits[:, -1]
         if h is not None:
@@ -249,7 +266,7 @@ class DecodeState:
         for the whole chunk (the usual case) is computed with scalars, exactly as a plain sampler."""
         logits_BV = logits_BV.float()
         if self.t_scalar is not None:
-            greedy_B = torch.full((len(rows),), self.t_scalar == 0)
+            greedy_B = torch.full((len(rows),), self.t_scalar == 0, device=self.dev)
             logp_BV = F.log_softmax(logits_BV / (1.0 if self.t_scalar == 0 else self.t_scalar), dim=-1)
         else:
             t_B = self.temp_R[rows]
@@ -307,7 +324,7 @@ class DecodeState:
         fin = self.finished.tolist()
         rows = [i for i in range(self.R) if not fin[i] and self.requests[int(self.row_req[i])].id in ids]
         if rows:
-            self.aborted[torch.tensor(rows, dtype=torch.long)] = True
+            self.aborted[torch.tensor(rows, dtype=torch.long, device=self.dev)] = True
             self._leave(rows)
         return [e for e in self.collect() if e.request.id in ids]
 
@@ -317,10 +334,12 @@ class DecodeState:
         out, start = {}, 0
         fin, lengths = self.finished.tolist(), self.length.tolist()
         at = {row: k for k, row in enumerate(self.active.tolist())} if hidden else {}  # row -> index in h_BD
+        tok_buf = self.tok_buf.cpu()  # what leaves the engine is on the CPU (no copy on a CPU engine)
+        last_hidden = self.last_hidden.cpu() if hidden and self.last_hidden is not None else None
         for u, req in enumerate(self.requests):
             if req.id in ids and u not in self.reported:
-                out[req.id] = [None if fin[i] else (self.tok_buf[i, :lengths[i]], self.last_hidden[at[i]])
-                               if hidden else self.tok_buf[i, :lengths[i]] for i in range(start, start + req.n)]
+                out[req.id] = [None if fin[i] else (tok_buf[i, :lengths[i]], last_hidden[at[i]])
+                               if hidden else tok_buf[i, :lengths[i]] for i in range(start, start + req.n)]
             start += req.n
         return out
 
@@ -343,7 +362,7 @@ class DecodeState:
         """Rows that end now (aborted or stopped) leave the running batch and its KV cache."""
         if not rows:
             return
-        self.finished[torch.tensor(rows, dtype=torch.long)] = True
+        self.finished[torch.tensor(rows, dtype=torch.long, device=self.dev)] = True
         keep = (~self.finished[self.active]).nonzero().squeeze(-1)
         self.active = self.active[keep]
         if len(keep):
@@ -355,7 +374,8 @@ class DecodeState:
 
     def _rollout(self, u: int, row: int) -> Rollout:
         req, k = self.requests[u], int(self.length[row])
-        toks, lps, ents = self.tok_buf[row, :k].clone(), self.lp_buf[row, :k].clone(), self.ent_buf[row, :k].clone()
+        # a rollout is data: its tensors are CPU copies
+        toks, lps, ents = (b[row, :k].to("cpu", copy=True) for b in (self.tok_buf, self.lp_buf, self.ent_buf))
         ent_mean = float(self.ent_sum[row] / max(k, 1))
         versions = None
         pre = req.prefix
@@ -372,9 +392,10 @@ class DecodeState:
             reason, status = "budget", "partial"
         meta = {}
         if pre is not None:  # a resumed partial: the prefix's tokens come first, with their versions
-            pv = pre.versions_T if pre.versions_T is not None else torch.full((pre.num_tokens,), pre.policy_version)
-            versions = torch.cat([pv, torch.full((k,), self.version)])
-            pe = pre.entropy_T if pre.entropy_T is not None else torch.full((pre.num_tokens,), pre.entropy)
+            pv = (pre.versions_T if pre.versions_T is not None
+                  else torch.full((pre.num_tokens,), pre.policy_version, device="cpu"))
+            versions = torch.cat([pv, torch.full((k,), self.version, device="cpu")])
+            pe = pre.entropy_T if pre.entropy_T is not None else torch.full((pre.num_tokens,), pre.entropy, device="cpu")
             toks, lps, ents = torch.cat([pre.token_ids_T, toks]), torch.cat([pre.logprobs_T, lps]), torch.cat([pe, ents])
             ent_mean = float(ents.mean()) if len(ents) else 0.0
             # the prefix was charged when it was generated: this rollout adds only its k new tokens

@@ -57,21 +57,23 @@ def batch_input(batch: Batch) -> AdvInput:
     reward_parts_NK when every rollout carries reward components (`Rollout.reward_parts`)."""
     rollouts = batch.rollouts
     pad = lambda xs: torch.nn.utils.rnn.pad_sequence([x.float() for x in xs], batch_first=True)  # noqa: E731
-    ref_G = torch.tensor([float(g.meta.get("ref_pass_rate", float("nan"))) for g in batch.groups])
+    # batch data: built on the CPU (the learner moves what meets the model to its device)
+    ref_G = torch.tensor([float(g.meta.get("ref_pass_rate", float("nan"))) for g in batch.groups], device="cpu")
     parts = [r.reward_parts for r in rollouts]
     if parts and all(p is not None for p in parts):
         if len({len(p) for p in parts}) > 1:
             raise ValueError("rollouts of one batch carry different numbers of reward components")
-        parts_NK = torch.tensor(parts, dtype=torch.float32)
+        parts_NK = torch.tensor(parts, dtype=torch.float32, device="cpu")
     else:
         parts_NK = None  # a scalar-reward batch (or a mixed one): multi-reward estimators will say so
     return AdvInput(
-        rewards_N=torch.tensor([r.reward for r in rollouts], dtype=torch.float32),
-        group_N=torch.tensor([gi for gi, g in enumerate(batch.groups) for _ in g.rollouts], dtype=torch.long),
-        mask_NT=pad([torch.ones(r.num_tokens) for r in rollouts]),
+        rewards_N=torch.tensor([r.reward for r in rollouts], dtype=torch.float32, device="cpu"),
+        group_N=torch.tensor([gi for gi, g in enumerate(batch.groups) for _ in g.rollouts], dtype=torch.long,
+                             device="cpu"),
+        mask_NT=pad([torch.ones(r.num_tokens, device="cpu") for r in rollouts]),
         token_ids_NT=pad([r.token_ids_T for r in rollouts]).long(),
         entropy_NT=pad([r.entropy_T if getattr(r, "entropy_T", None) is not None
-                        else torch.full((r.num_tokens,), r.entropy) for r in rollouts]),
+                        else torch.full((r.num_tokens,), r.entropy, device="cpu") for r in rollouts]),
         ref_pass_rate_G=None if ref_G.isnan().all() else ref_G,
         reward_parts_NK=parts_NK,
         tree_path_N=[tuple(getattr(r, "meta", {}).get("tree_path", ())) for r in rollouts])
@@ -95,23 +97,23 @@ def tracks(factory):
 
 def group_mean(x_N: torch.Tensor, group_N: torch.Tensor, G: int) -> torch.Tensor:
     """Per-rollout mean of x over its group, in x's dtype (estimators pass float64)."""
-    s = torch.zeros(G, dtype=x_N.dtype).index_add_(0, group_N, x_N)
-    c = torch.zeros(G, dtype=x_N.dtype).index_add_(0, group_N, torch.ones_like(x_N))
+    s = torch.zeros(G, dtype=x_N.dtype, device=x_N.device).index_add_(0, group_N, x_N)
+    c = torch.zeros(G, dtype=x_N.dtype, device=x_N.device).index_add_(0, group_N, torch.ones_like(x_N))
     return (s / c.clamp(min=1))[group_N]
 
 
 def group_std(x_N: torch.Tensor, group_N: torch.Tensor, G: int) -> torch.Tensor:
     """Per-rollout unbiased std of x over its group (0 for groups of one)."""
     mean = group_mean(x_N, group_N, G)
-    sq = torch.zeros(G, dtype=x_N.dtype).index_add_(0, group_N, (x_N - mean) ** 2)
-    c = torch.zeros(G, dtype=x_N.dtype).index_add_(0, group_N, torch.ones_like(x_N))
+    sq = torch.zeros(G, dtype=x_N.dtype, device=x_N.device).index_add_(0, group_N, (x_N - mean) ** 2)
+    c = torch.zeros(G, dtype=x_N.dtype, device=x_N.device).index_add_(0, group_N, torch.ones_like(x_N))
     return (sq / (c - 1).clamp(min=1)).sqrt()[group_N]
 
 
 def group_flat(x_N: torch.Tensor, group_N: torch.Tensor, G: int) -> torch.Tensor:
     """Per-rollout bool: every value of its group is equal (exactly, as `Group.zero_variance` tests)."""
-    hi = torch.full((G,), -math.inf, dtype=x_N.dtype).scatter_reduce(0, group_N, x_N, "amax")
-    lo = torch.full((G,), math.inf, dtype=x_N.dtype).scatter_reduce(0, group_N, x_N, "amin")
+    hi = torch.full((G,), -math.inf, dtype=x_N.dtype, device=x_N.device).scatter_reduce(0, group_N, x_N, "amax")
+    lo = torch.full((G,), math.inf, dtype=x_N.dtype, device=x_N.device).scatter_reduce(0, group_N, x_N, "amin")
     return (hi == lo)[group_N]
 
 
@@ -182,7 +184,7 @@ def rloo(inp: AdvInput) -> torch.Tensor:
     Leave-one-out baseline: A_i = r_i - (1/(n-1)) sum_{j != i} r_j = n/(n-1) (r_i - mean_g).
     Singleton groups get 0 [INF; verl gives A = r]."""
     r, g, G = inp.rewards_N.double(), inp.group_N, inp.num_groups
-    n = torch.zeros(G, dtype=r.dtype).index_add_(0, g, torch.ones_like(r))[g]
+    n = torch.zeros(G, dtype=r.dtype, device=r.device).index_add_(0, g, torch.ones_like(r))[g]
     adv = torch.where(n > 1, (r - group_mean(r, g, G)) * n / (n - 1).clamp(min=1), torch.zeros_like(r))
     return _as_rewards(adv.masked_fill(group_flat(r, g, G), 0.0), inp)
 
@@ -208,7 +210,7 @@ def gpg(inp: AdvInput, f_norm: float = 1.0) -> torch.Tensor:
 def _token_mask(inp: AdvInput) -> torch.Tensor:
     """The response mask, float64; without one every rollout is a single token."""
     if inp.mask_NT is None:
-        return torch.ones(inp.rewards_N.numel(), 1, dtype=torch.float64)
+        return torch.ones(inp.rewards_N.numel(), 1, dtype=torch.float64, device=inp.rewards_N.device)
     return inp.mask_NT.double()
 
 
@@ -223,7 +225,7 @@ def reinforce_pp(inp: AdvInput, gamma: float = 1.0) -> torch.Tensor:
     gamma = 1 (verl's default) gives each rollout one value, r_i whitened with token weights. Returns
     [N, T]. verl folds a KL reward into r when it uses a reward-side KL; rollwise's KL is a loss term."""
     m = _token_mask(inp)
-    t_NT = torch.arange(m.shape[1], dtype=torch.float64).expand_as(m)
+    t_NT = torch.arange(m.shape[1], dtype=torch.float64, device=m.device).expand_as(m)
     to_go_NT = (m.sum(1, keepdim=True) - 1 - t_NT).clamp(min=0)  # tokens after t in the response
     returns_NT = inp.rewards_N.double()[:, None] * gamma ** to_go_NT * m
     return _as_rewards(masked_whiten(returns_NT, m) * m, inp)
@@ -285,9 +287,11 @@ def treepo(inp: AdvInput, weight: str = "average", skip_flat: bool = False) -> t
         for i in rows:
             terms[i].append((float(r[i]) - mean, float(len(rows))))
     if weight == "average":
-        adv_N = torch.tensor([sum(t for t, _ in ts) / len(ts) for ts in terms], dtype=torch.float64)
+        adv_N = torch.tensor([sum(t for t, _ in ts) / len(ts) for ts in terms], dtype=torch.float64,
+                             device=inp.rewards_N.device)
     else:
-        adv_N = torch.tensor([sum(t * k for t, k in ts) / sum(k for _, k in ts) for ts in terms], dtype=torch.float64)
+        adv_N = torch.tensor([sum(t * k for t, k in ts) / sum(k for _, k in ts) for ts in terms], dtype=torch.float64,
+                             device=inp.rewards_N.device)
     m = _token_mask(inp)
     return _as_rewards(masked_whiten(adv_N[:, None] * m, m) * m, inp)
 
@@ -389,7 +393,7 @@ def fisher_two_sided(a, b, c, d) -> torch.Tensor:
     a, b, c, d = (t.double() for t in (a, b, c, d))
     r1, c1, n = a + b, a + c, a + b + c + d
     kmin, kmax = (r1 + c1 - n).clamp(min=0), torch.minimum(r1, c1)
-    ks = torch.arange(int(kmax.max().item()) + 1 if kmax.numel() else 1, dtype=torch.float64)
+    ks = torch.arange(int(kmax.max().item()) + 1 if kmax.numel() else 1, dtype=torch.float64, device=a.device)
     valid = (ks[None] >= kmin[:, None]) & (ks[None] <= kmax[:, None])
     k = torch.where(valid, ks[None], kmin[:, None])
     log_den = _log_comb(n, r1)[:, None]
@@ -423,8 +427,8 @@ def ktae_key_scores(ids_M: torch.Tensor, row_M: torch.Tensor, correct_n: torch.T
     n = correct_n.numel()
     nc, nw = int(correct_n.sum()), int((~correct_n).sum())
     if nc == 0 or nw == 0 or U.numel() == 0:
-        return U, torch.zeros(U.numel(), dtype=torch.float64)
-    present = torch.zeros(n, U.numel(), dtype=torch.bool)
+        return U, torch.zeros(U.numel(), dtype=torch.float64, device=U.device)
+    present = torch.zeros(n, U.numel(), dtype=torch.bool, device=U.device)
     present[row_M, inv] = True
     a = present[correct_n].sum(0).double()
     bb = present[~correct_n].sum(0).double()
@@ -479,16 +483,16 @@ def ktae(inp: AdvInput, alpha: float = 1.0, beta_ig: float = 1.0, tf_term: bool 
     mask = _require(inp, "mask_NT", "ktae", "the response mask, [N, T]") > 0
     r = inp.rewards_N.double()
     base = _grpo64(r, inp.group_N, inp.num_groups, eps=eps)
-    key = torch.zeros(ids.shape, dtype=torch.float64)
+    key = torch.zeros(ids.shape, dtype=torch.float64, device=ids.device)
     for rows in group_rows(inp.group_N, inp.num_groups):
         if rows.numel() < 2:
             continue
         m = mask[rows]
-        row_M = torch.arange(rows.numel())[:, None].expand_as(m)[m]
+        row_M = torch.arange(rows.numel(), device=m.device)[:, None].expand_as(m)[m]
         U, K = ktae_key_scores(ids[rows][m].long(), row_M, r[rows] > correct_threshold, alpha, beta_ig,
                                tf_term, top, k1, b, zero_token_ids)
         if U.numel():
-            sub = torch.zeros(m.shape, dtype=torch.float64)
+            sub = torch.zeros(m.shape, dtype=torch.float64, device=m.device)
             sub[m] = K[torch.searchsorted(U, ids[rows][m].long())]
             key[rows] = sub
     return _as_rewards((base[:, None] + key) * mask, inp)
@@ -539,7 +543,7 @@ class BetaBaseline:
 
     def baseline(self, prompt_ids) -> torch.Tensor:
         ab = [self.ab.get(int(i), self.prior) for i in prompt_ids]
-        return torch.tensor([a / (a + b) for a, b in ab], dtype=torch.float32)
+        return torch.tensor([a / (a + b) for a, b in ab], dtype=torch.float32, device="cpu")
 
     def update(self, prompt_ids, rewards) -> None:
         seen: dict[int, list[float]] = {}  # prompt id -> [successes, failures] in this update

@@ -152,9 +152,9 @@ def m2po_mask(m_M: torch.Tensor, tau: float) -> torch.Tensor:
     [INF: the fallback is rollwise's choice]."""
     n = m_M.numel()
     if n == 0:
-        return torch.zeros(0, dtype=torch.long)
+        return torch.zeros(0, dtype=torch.long, device=m_M.device)
     vals, order = m_M.double().sort(descending=True)
-    suffix_mean = vals.flip(0).cumsum(0).flip(0) / torch.arange(n, 0, -1, dtype=torch.float64)
+    suffix_mean = vals.flip(0).cumsum(0).flip(0) / torch.arange(n, 0, -1, dtype=torch.float64, device=m_M.device)
     hit = (suffix_mean < tau).nonzero()
     k = int(hit[0, 0]) if hit.numel() else n - 1
     return order[:k]

@@ -6,6 +6,10 @@ e.g. DUET's 1/q for a sample that survived its abort gate): detached, it multipl
 that row, on top of the correction's per-token weights. An estimator that keeps state across batches declares a tracker
 (`advantages.tracks`, e.g. MSSR's per-prompt baseline); the learner owns it and checkpoints it along
 with a stateful recomposer's buffer (RoRecomp).
+
+Device: advantages, recomposition and minibatch order are computed on the CPU from the rollouts (batch
+data); the tensors that meet the policy's log-probs (advantages, behaviour log-probs, masks, weights)
+are moved to the policy's device once per update.
 """
 from __future__ import annotations
 
@@ -57,7 +61,7 @@ class Learner:
             raise ValueError(f"unknown kl_estimator {cfg.kl_estimator!r}; expected one of {', '.join(KL_ESTIMATORS)}")
         self.opt = torch.optim.AdamW(policy.model.parameters(), lr=cfg.lr, betas=cfg.betas,
                                      weight_decay=cfg.weight_decay)
-        self.gen = torch.Generator().manual_seed(seed)  # minibatch shuffling
+        self.gen = torch.Generator(device="cpu").manual_seed(seed)  # minibatch shuffling (on the CPU, any device)
         self.loss = registry.get("loss", cfg.loss).obj
         self.agg = registry.get("aggregation", cfg.loss_agg).obj
         self.correction = registry.get("correction", cfg.correction).obj
@@ -84,7 +88,7 @@ class Learner:
         estimators. A tracker gives the estimator only what earlier batches taught it (MSSR's baseline is
         the prior, spec D9), then records this batch's outcomes for the next ones."""
         if not batch.rollouts:
-            return torch.zeros(0)
+            return torch.zeros(0, device="cpu")
         inp = batch_input(batch)
         if self.tracker is not None:
             inp = self.tracker.fill(inp, batch)
@@ -108,15 +112,19 @@ class Learner:
         prompts = [r.prompt_ids for r in rollouts]
         responses = [r.token_ids_T.tolist() for r in rollouts]
         self._temps = [float(r.temperature) for r in rollouts]  # score each row as it was sampled
-        behav_NT, mask_NT = _pad([r.logprobs_T for r in rollouts]), _pad([torch.ones(r.num_tokens) for r in rollouts])
+        dev = getattr(self.policy, "device", "cpu")  # a policy without one (a test double) is on the CPU
+        behav_NT = _pad([r.logprobs_T for r in rollouts]).to(dev)
+        mask_NT = _pad([torch.ones(r.num_tokens, device="cpu") for r in rollouts]).to(dev)
         row_w = [float(getattr(r, "meta", {}).get("is_weight", 1.0)) for r in rollouts]
-        row_w_N = torch.tensor(row_w) if any(w != 1.0 for w in row_w) else None  # None: nothing to multiply
+        # None: nothing to multiply
+        row_w_N = torch.tensor(row_w, device=dev) if any(w != 1.0 for w in row_w) else None
+        adv = adv.to(dev)
         adv_NT = (adv.unsqueeze(1) if adv.dim() == 1 else adv).expand_as(mask_NT) * mask_NT
         stats["mean_abs_adv"] = float(adv_NT.abs().sum(1).div(mask_NT.sum(1).clamp(min=1)).mean())
 
-        rows = torch.arange(len(rollouts))
+        rows = torch.arange(len(rollouts), device="cpu")  # row indices stay on the CPU; they index device tensors
         if cfg.drop_zero_adv and cfg.kl_coef == 0:  # a zero-advantage row still has a KL gradient
-            rows = rows[(adv_NT != 0).any(1)]
+            rows = rows[(adv_NT != 0).any(1).cpu()]
         stats["learn_rows"] = int(rows.numel())
         if rows.numel() == 0:
             return stats | {"updated": 0}
@@ -129,7 +137,7 @@ class Learner:
         log = {"loss": 0.0, "entropy": 0.0, "clip_frac": 0.0, "kl": 0.0, "grad_norm": 0.0}
         n_updates = 0
         for _ in range(cfg.epochs):
-            order = torch.randperm(rows.numel(), generator=self.gen)
+            order = torch.randperm(rows.numel(), generator=self.gen, device="cpu")
             for mb in order.chunk(min(cfg.minibatches, rows.numel())):
                 totals = AggTotals(tokens=int(mask_NT[rows[mb]].sum()), seqs=int(mb.numel()))
                 self.opt.zero_grad(set_to_none=True)

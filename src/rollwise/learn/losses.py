@@ -165,10 +165,10 @@ def m2po_tau(delta2: torch.Tensor, budget: float) -> float:
     if budget <= 0:
         return 0.0
     v = delta2.double().sort().values
-    below = torch.cat([torch.zeros(1, dtype=torch.float64), v.cumsum(0)[:-1]])  # sum of the j smallest
-    j = torch.arange(n, dtype=torch.float64)
+    below = torch.cat([torch.zeros(1, dtype=torch.float64, device=v.device), v.cumsum(0)[:-1]])  # sum of the j smallest
+    j = torch.arange(n, dtype=torch.float64, device=v.device)
     s = (n * budget - below) / (n - j)  # tau^2 if exactly j values lie below it
-    lo = torch.cat([torch.zeros(1, dtype=torch.float64), v[:-1]])
+    lo = torch.cat([torch.zeros(1, dtype=torch.float64, device=v.device), v[:-1]])
     ok = (s >= lo - 1e-12) & (s <= v + 1e-12)
     return float(s[ok.nonzero()[0, 0]].clamp(min=0).sqrt())
 

@@ -67,11 +67,11 @@ def assemble(groups: list[tuple[Prompt, list[tuple[Rollout, torch.Tensor]]]], st
             out.append(Group(prompt, [r for r, _ in items]))
             advs += [a for _, a in items]
     if not advs:
-        return RecomposedBatch(out, step, torch.zeros(0))
+        return RecomposedBatch(out, step, torch.zeros(0, device="cpu"))  # advantages are batch data: CPU
     if all(a.dim() == 0 for a in advs):
         return RecomposedBatch(out, step, torch.stack(advs).float())
     T = max(r.num_tokens for g in out for r in g.rollouts)
-    adv = torch.zeros(len(advs), T)
+    adv = torch.zeros(len(advs), T, device="cpu")
     for i, (a, r) in enumerate(zip(advs, (r for g in out for r in g.rollouts))):
         adv[i, : r.num_tokens] = a if a.dim() == 0 else a[: r.num_tokens]
     return RecomposedBatch(out, step, adv)
@@ -116,7 +116,7 @@ def shuffle_r1(batch: Batch, gen: torch.Generator, adv: torch.Tensor | None = No
     pairs: list[tuple[int, int, int, float]] = []  # (group index, offset a, offset b, score)
     start = 0
     for gi, g in enumerate(batch.groups):
-        a = torch.stack(advs[start: start + g.n]) if g.n else torch.zeros(0)
+        a = torch.stack(advs[start: start + g.n]) if g.n else torch.zeros(0, device="cpu")
         start += g.n
         order = torch.argsort(a, descending=True, stable=True).tolist()
         cand = [(order[k], order[g.n - 1 - k]) for k in range(g.n // 2)]
@@ -124,7 +124,7 @@ def shuffle_r1(batch: Batch, gen: torch.Generator, adv: torch.Tensor | None = No
             x, y = abs(float(a[i])), abs(float(a[j]))
             pairs.append((gi, i, j, {"sum": x + y, "max": max(x, y), "mean": (x + y) / 2}[weight]))
     if experience_replay and pairs:
-        score = torch.tensor([p[3] for p in pairs], dtype=torch.float64)
+        score = torch.tensor([p[3] for p in pairs], dtype=torch.float64, device="cpu")
         w = score.pow(power) if sampling == "power" else torch.softmax(score / temperature, 0)
         if not torch.isfinite(w).all() or w.sum() <= 0:
             w = torch.ones_like(score)
@@ -236,5 +236,5 @@ class RoRecomp:
 
     def load_state_dict(self, s: dict) -> None:
         self.calls = s["calls"]
-        self.buffer = deque(Waiting(Rollout.from_state(e["rollout"]), torch.as_tensor(e["adv"]).clone(), e["birth"],
+        self.buffer = deque(Waiting(Rollout.from_state(e["rollout"]), torch.as_tensor(e["adv"], device="cpu").clone(), e["birth"],
                                     tuple(e["source"]), Prompt(**e["prompt"])) for e in s["buffer"])

@@ -1,6 +1,10 @@
 """Policy: a causal LM plus its tokenizer behind one small interface that the engine, the learner
 and the planners use. Two backends: rollwise's TinyGPT (the embedded default) and any local Hugging
 Face causal-LM checkpoint (`AutoModelForCausalLM.from_pretrained(path, local_files_only=True)`).
+
+Device: the model lives on `policy.device` (`Policy.load(path, device=...)`, `policy.to(device)`); every
+tensor the policy builds for the model is made there, and what it hands back as data (prompt_stats) is on
+the CPU. Token ids and log-probs stored in rollouts stay on the CPU; callers pass them as lists.
 """
 from __future__ import annotations
 
@@ -30,8 +34,13 @@ class Policy:
 
     # ---- loading and saving --------------------------------------------------------------
     @classmethod
-    def load(cls, path: str | Path) -> "Policy":
-        path = Path(path)
+    def load(cls, path: str | Path, device: str | torch.device | None = None) -> "Policy":
+        """The checkpoint at `path`, its weights read on the CPU and then moved to `device` (default: CPU)."""
+        policy = cls._load(Path(path))
+        return policy.to(device) if device is not None else policy
+
+    @classmethod
+    def _load(cls, path: Path) -> "Policy":
         cfg_file = path / "config.json"
         if not cfg_file.exists():
             raise FileNotFoundError(f"{path}: not a checkpoint directory (no config.json)")
@@ -40,7 +49,7 @@ class Policy:
             tokenizer = PreTrainedTokenizerFast.from_pretrained(str(path), local_files_only=True)
             cfg.pop("model_type")
             model = TinyGPT(TinyConfig(**cfg))
-            model.load_state_dict(load_file(str(path / "model.safetensors")))
+            model.load_state_dict(load_file(str(path / "model.safetensors"), device="cpu"))
             return cls(model, tokenizer, "tiny")
         tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True,
@@ -54,11 +63,21 @@ class Policy:
         path.mkdir(parents=True, exist_ok=True)
         if self.kind == "tiny":
             (path / "config.json").write_text(json.dumps(self.model.config.to_dict(), indent=2))
-            save_file({k: v.contiguous() for k, v in self.model.state_dict().items()},
+            save_file({k: v.detach().cpu().contiguous() for k, v in self.model.state_dict().items()},
                       str(path / "model.safetensors"))
         else:
             self.model.save_pretrained(str(path))
         self.tokenizer.save_pretrained(str(path))
+
+    @property
+    def device(self) -> torch.device:
+        """Where the model's parameters are (the device every model input is built on)."""
+        return next(self.model.parameters()).device
+
+    def to(self, device: str | torch.device) -> "Policy":
+        """Move the model to `device` (in place); returns the policy."""
+        self.model.to(device)
+        return self
 
     @property
     def max_positions(self) -> int:
@@ -100,13 +119,15 @@ class Policy:
         return cache
 
     def _right_padded(self, seqs: list[list[int]]):
+        """ids and mask [B, L], right-padded, on the policy's device (built on the CPU, moved once)."""
         L = max(len(s) for s in seqs)
-        ids = torch.full((len(seqs), L), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(seqs), L), dtype=torch.long)
+        ids = torch.full((len(seqs), L), self.pad_id, dtype=torch.long, device="cpu")
+        mask = torch.zeros((len(seqs), L), dtype=torch.long, device="cpu")
         for i, s in enumerate(seqs):
-            ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+            ids[i, : len(s)] = torch.tensor(s, dtype=torch.long, device="cpu")
             mask[i, : len(s)] = 1
-        return ids, mask
+        dev = self.device
+        return ids.to(dev), mask.to(dev)
 
     def full_logits(self, input_ids_BT, mask_BT, output_hidden=False):
         """Logits over right-padded full sequences (no cache): the learner's forward."""
@@ -126,8 +147,9 @@ class Policy:
         """
         seqs = [p + r for p, r in zip(prompts, responses)]
         ids, mask = self._right_padded(seqs)
+        dev = ids.device
         if isinstance(temperature, (list, tuple)):
-            temperature = torch.tensor(temperature, dtype=torch.float32).clamp(min=1e-6).view(-1, 1, 1)
+            temperature = torch.tensor(temperature, dtype=torch.float32, device=dev).clamp(min=1e-6).view(-1, 1, 1)
         else:
             temperature = max(temperature, 1e-6)
         logits = self.full_logits(ids, mask)[:, :-1].float() / temperature
@@ -136,16 +158,16 @@ class Policy:
         entropy = -(logp_all.exp() * logp_all).sum(-1).detach()
         T = max(len(r) for r in responses)
         N = len(seqs)
-        logp_NT = torch.zeros(N, T)
-        ent_NT = torch.zeros(N, T)
-        mask_NT = torch.zeros(N, T)
+        logp_NT = torch.zeros(N, T, device=dev)
+        ent_NT = torch.zeros(N, T, device=dev)
+        mask_NT = torch.zeros(N, T, device=dev)
         rows, cols, src = [], [], []
         for i, (p, r) in enumerate(zip(prompts, responses)):
             k = len(r)
             rows += [i] * k
             cols += list(range(k))
             src += list(range(len(p) - 1, len(p) - 1 + k))
-        rows_t, cols_t, src_t = map(torch.tensor, (rows, cols, src))
+        rows_t, cols_t, src_t = (torch.tensor(x, dtype=torch.long, device="cpu").to(dev) for x in (rows, cols, src))
         logp_NT = logp_NT.index_put((rows_t, cols_t), tok_logp[rows_t, src_t])
         ent_NT[rows_t, cols_t] = entropy[rows_t, src_t]
         mask_NT[rows_t, cols_t] = 1.0
@@ -163,6 +185,6 @@ class Policy:
             logp = F.log_softmax(logits.float(), dim=-1)
             ent = -(logp.exp() * logp).sum(-1)
             m = mask.float()
-            ents.append(((ent * m).sum(1) / m.sum(1)).numpy())
-            embs.append(((hidden.float() * m.unsqueeze(-1)).sum(1) / m.sum(1, keepdim=True)).numpy())
+            ents.append(((ent * m).sum(1) / m.sum(1)).cpu().numpy())
+            embs.append(((hidden.float() * m.unsqueeze(-1)).sum(1) / m.sum(1, keepdim=True)).cpu().numpy())
         return np.concatenate(ents), np.concatenate(embs)

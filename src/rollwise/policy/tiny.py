@@ -84,13 +84,13 @@ class TinyGPT(nn.Module):
         B, T = input_ids_BT.shape
         past = 0 if cache is None else cache[0][0].shape[2]
         if position_ids_BT is None:
-            position_ids_BT = torch.arange(past, past + T).expand(B, T)
+            position_ids_BT = torch.arange(past, past + T, device=input_ids_BT.device).expand(B, T)
         x = self.wte(input_ids_BT) + self.wpe(position_ids_BT)
         mask = None
         if key_mask_BS is not None:
             S = past + T
-            q_pos = torch.arange(past, past + T).view(1, 1, T, 1)
-            k_pos = torch.arange(S).view(1, 1, 1, S)
+            q_pos = torch.arange(past, past + T, device=input_ids_BT.device).view(1, 1, T, 1)
+            k_pos = torch.arange(S, device=input_ids_BT.device).view(1, 1, 1, S)
             # A pad query attends to itself only, so no row is all-masked (which would give NaN).
             mask = (k_pos <= q_pos) & (key_mask_BS.bool().view(B, 1, 1, S) | (k_pos == q_pos))
         elif cache is not None and T > 1:

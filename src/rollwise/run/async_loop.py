@@ -172,7 +172,8 @@ class _WorkerStats:
 
 
 def _snapshot(policy) -> dict:
-    return {k: v.detach().clone() for k, v in policy.model.state_dict().items()}
+    # CPU copies: the workers' policies are on the CPU, and the snapshot goes into checkpoints
+    return {k: v.detach().to("cpu", copy=True) for k, v in policy.model.state_dict().items()}
 
 
 def check_async(cfg) -> None:

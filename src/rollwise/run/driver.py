@@ -170,6 +170,7 @@ class StepDriver:
         with self.ledger.timer("verify"), torch.no_grad():
             logp_NT, ent_NT, _ = self.policy.response_logprobs(prompt_ids, [d.tolist() for d in drafts_T],
                                                                list(temperatures))
+        logp_NT, ent_NT = logp_NT.cpu(), ent_NT.cpu()  # the drafts' scores are rollout data: on the CPU
         lens = [len(d) for d in drafts_T]
         self.ledger.prompt_tokens += sum(len(p) for p in prompt_ids)
         self.ledger.verified_tokens += sum(lens)

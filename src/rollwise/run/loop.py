@@ -40,7 +40,7 @@ from ..policy.policy import Policy
 from ..policy.warmstart import base_checkpoint
 from ..tasks.reward import Scorer, builtin_reward
 from ..tasks.shaping import ShapedScorer, build_shaping
-from .config import Config, config_changes, validate, RESUME_MAY_CHANGE
+from .config import Config, config_changes, resolve_device, validate, RESUME_MAY_CHANGE
 from .driver import StepDriver
 from .evaluate import check_finite_weights, evaluate
 from .loggers import open_loggers
@@ -70,7 +70,8 @@ class Trainer:
             raise ValueError(f"task {cfg.task!r}: no held-out prompts to evaluate on (set eval_every=0 and "
                              "eval_every_tokens=0 to train without evaluation)")
         model_path = self.model_path = cfg.model or base_checkpoint(self.task, cfg.warmstart, log=log)
-        self.policy = load_policy(model_path)
+        self.device = resolve_device(cfg.device)  # the learner and a torch engine run here (config.device)
+        self.policy = load_policy(model_path).to(self.device)
         if hasattr(self.task, "use_tokenizer"):  # a chat model's template (the file task): prompts change
             self.task.use_tokenizer(self.policy.tokenizer)
             self.pool, self.heldout = self.task.train_pool(), self.task.heldout()[: cfg.eval_size or None]
@@ -81,7 +82,7 @@ class Trainer:
         check_prompts(self.task, self.pool, self.heldout, self.policy, cfg)
         if cfg.mode == "async" and cfg.learner.correction == "none" and "correction" not in cfg.explicit:
             cfg.learner.correction = "areal-decoupled"  # stale tokens need a correction (run/async_loop.py)
-        ref = load_policy(model_path) if cfg.learner.kl_coef > 0 else None
+        ref = load_policy(model_path).to(self.device) if cfg.learner.kl_coef > 0 else None
         self.engine = build_trainer_engine(cfg, self.policy)
         self.learner = Learner(self.policy, cfg.learner, ref, seed=cfg.seed)
         self.history, self.ledger = PromptHistory(len(self.pool)), Ledger()
@@ -307,6 +308,8 @@ class Trainer:
         }
         if getattr(self, "async_weights", None):  # async: the weights the next steps sample from
             state["async_weights"] = self.async_weights
+        if self.policy.device.type != "cpu":  # a checkpoint holds CPU tensors: it loads on any device
+            state = _cpu(state)
         tmp = self.out / (CKPT + ".tmp")
         torch.save(to_plain(state), tmp)
         os.replace(tmp, self.out / CKPT)  # atomic: a kill mid-save leaves the previous checkpoint
@@ -387,6 +390,17 @@ class FiniteGuard:
         seqs = [r.prompt_ids + r.token_ids_T.tolist() for r in batch.rollouts[: self.PROBE_ROWS]]
         ids, mask = self.policy._right_padded(seqs)
         return bool(torch.isfinite(self.policy.full_logits(ids, mask)).all())
+
+
+def _cpu(x):
+    """x with every tensor in it (nested dicts, lists, tuples) copied to the CPU."""
+    if isinstance(x, torch.Tensor):
+        return x.detach().cpu()
+    if isinstance(x, dict):
+        return type(x)((k, _cpu(v)) for k, v in x.items())
+    if isinstance(x, (list, tuple)) and not hasattr(x, "_fields"):
+        return type(x)(_cpu(v) for v in x)
+    return x
 
 
 def _clone(x):
