@@ -48,12 +48,14 @@ class Policy:
         if cfg.get("model_type") == MODEL_TYPE:
             tokenizer = PreTrainedTokenizerFast.from_pretrained(str(path), local_files_only=True)
             cfg.pop("model_type")
-            model = TinyGPT(TinyConfig(**cfg))
+            with torch.device("cpu"):  # built and read on the CPU whatever the default device; moved by load()
+                model = TinyGPT(TinyConfig(**cfg))
             model.load_state_dict(load_file(str(path / "model.safetensors"), device="cpu"))
             return cls(model, tokenizer, "tiny")
         tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True,
-                                                     dtype=torch.float32)
+        with torch.device("cpu"):
+            model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True,
+                                                         dtype=torch.float32)
         if tokenizer.eos_token_id is None:
             raise ValueError(f"{path}: tokenizer has no eos token; rollwise needs one to stop sampling")
         return cls(model, tokenizer, "hf")

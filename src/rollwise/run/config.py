@@ -429,8 +429,10 @@ def resolve_device(device: str) -> str:
 
 # Fields a resumed run may change: where it stops, how often it evaluates and checkpoints, and where the
 # run lives. None of them changes what a step computes. Any other change needs allow_config_change.
+# `device` may change too: a checkpoint holds CPU tensors and loads on any device (another device rounds
+# differently, so a resume there continues the run, not bit for bit).
 RESUME_MAY_CHANGE = ("out", "steps", "budget_tokens", "eval_every", "eval_every_tokens", "checkpoint_every",
-                     "loggers")
+                     "loggers", "device")
 
 
 def flat(d: dict, prefix: str = "") -> dict:
