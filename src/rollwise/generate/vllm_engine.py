@@ -196,7 +196,7 @@ class VLLMRuntime:
 
             if not next(self.policy.model.parameters()).is_cuda:
                 raise ValueError(f"weight_sync={self.weight_sync!r} sends from a learner on a GPU; this policy "
-                                 "is on the CPU: use weight_sync='reload'")
+                                 "is on the CPU: use weight_sync='reload', or put the learner on the GPU (--device cuda)")
             if self.weight_sync == "ipc":
                 from vllm.distributed.weight_transfer.ipc_engine import IPCTrainerInitInfo as Info
 
