@@ -2,7 +2,8 @@
 
     python benchmarks/update_readme.py
 
-Reads benchmarks/results/bench2/summary.json (Bench 2.0, on the shipped base) and rewrites the text between <!-- results:start --> and <!-- results:end --> in README.md.
+Reads benchmarks/results/bench2/summary.json and bench2_long/summary.json (Bench 2.0 and its long bench, on
+the shipped base) and rewrites the text between <!-- results:start --> and <!-- results:end --> in README.md.
 """
 from __future__ import annotations
 
@@ -28,7 +29,9 @@ def main() -> None:
     parts = [legend(), ""]  # once, above the tables it explains
     # the earlier benches (bench_full, bench_120k, bench_mixes, bench_pc_tuned) ran on a base that cannot
     # be rebuilt; their reports stay in benchmarks/results/ as records, out of the README
-    for name, title in (("bench2", "Bench 2.0: GRPO, the oracle and the other planners, 8 seeds each, on the shipped base"),):
+    for name, title in (("bench2", "Bench 2.0: GRPO, the oracle and the other planners, 8 seeds each, on the shipped base"),
+                        ("bench2_long", "The long bench: 120,000 tokens, a pool of 1,000 prompts, 8 seeds each, on the "
+                                        "shipped base")):
         p = ROOT / "benchmarks" / "results" / name / "summary.json"
         if p.exists():
             parts.append(section(p, title))
