@@ -177,3 +177,21 @@ def test_planner_options_reach_only_the_planners_that_have_the_component(tmp_pat
     cfg = BenchConfig(out=str(tmp_path), extra={"planner_options": {"pilot-commit": {"n_pilot": 2}}})
     assert "planner_options" not in run_settings(cfg, "default", "uniform", 0)
     assert run_settings(cfg, "default", "pilot-commit", 0)["planner_options"] == {"pilot-commit": {"n_pilot": 2}}
+
+
+
+def test_dotted_planner_options_reach_only_their_planners_and_a_stray_one_is_refused(tmp_path):
+    """`--set planner_options.treepo.segment_tokens=16` (as the CLI stores it, a dotted key) skips GRPO's
+    runs; an option for a component no planner of the bench has is an error before any run starts."""
+    from rollwise.bench.runner import run_all, run_settings
+
+    cfg = BenchConfig(out=str(tmp_path / "a"), planners=["uniform", "ar3po+treepo"],
+                      extra={"planner_options.treepo.segment_tokens": 16, "learner.lr": 1e-4})
+    assert run_settings(cfg, "default", "uniform", 0)["learner.lr"] == 1e-4
+    assert "planner_options.treepo.segment_tokens" not in run_settings(cfg, "default", "uniform", 0)
+    assert run_settings(cfg, "default", "ar3po+treepo", 0)["planner_options.treepo.segment_tokens"] == 16
+    stray = BenchConfig(out=str(tmp_path / "b"), planners=["uniform", "dapo"],
+                        extra={"planner_options.treepo.segment_tokens": 16})
+    with pytest.raises(ValueError, match="treepo is in none of the bench's planners"):
+        run_all(stray, log=lambda m: None)
+    assert not (tmp_path / "b" / "runs").exists()

@@ -91,12 +91,16 @@ def eval_tokens(cfg: BenchConfig) -> int:
 def run_settings(cfg: BenchConfig, mix: str, planner: str, seed: int) -> dict:
     """The config overrides of one bench run (its identity: a finished run is reused only if equal).
     `--set planner_options.X...` reaches only the planners that have the component X."""
-    extra = dict(cfg.extra)
-    if "planner_options" in extra:
-        names = set(planner.split("+"))
-        extra["planner_options"] = {k: v for k, v in extra["planner_options"].items() if k in names}
-        if not extra["planner_options"]:
-            del extra["planner_options"]
+    names = set(planner.split("+"))
+    extra = {}
+    for key, value in cfg.extra.items():  # `planner_options={X: {...}}` or `planner_options.X.key=...`
+        if key == "planner_options" and isinstance(value, dict):
+            value = {k: v for k, v in value.items() if k in names}
+            if not value:
+                continue
+        elif key.startswith("planner_options.") and key.split(".")[1] not in names:
+            continue
+        extra[key] = value
     return {
         "planner": planner, "seed": seed, "steps": 100_000, "budget_tokens": cfg.budget_tokens,
         "eval_every": 0, "eval_every_tokens": eval_tokens(cfg), "eval_size": cfg.eval_size, "checkpoint_every": 10,
@@ -178,6 +182,12 @@ def run_all(cfg: BenchConfig, log=print) -> None:
 
 def _run_all(cfg: BenchConfig, log) -> None:
     keys = [(m, p, s) for m in cfg.mixes for p in cfg.planners for s in range(cfg.seeds)]
+    named = {k.split(".")[1] for k in cfg.extra if k.startswith("planner_options.")} | set(
+        cfg.extra["planner_options"] if isinstance(cfg.extra.get("planner_options"), dict) else ())
+    have = {c for p in cfg.planners for c in p.split("+")}
+    if named - have:
+        raise ValueError(f"--set planner_options: {', '.join(sorted(named - have))} is in none of the bench's "
+                         f"planners ({', '.join(cfg.planners)})")
     if cfg.engine != "sim":  # every run's settings are checked before the first one starts
         from ..run.config import load_config
 
