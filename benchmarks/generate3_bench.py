@@ -107,7 +107,7 @@ def markdown(rec: dict) -> str:
             k = a["tokens_by_kind"]
             ratio = a.get("ratio")
             lines.append(f"| {b['name']} | {p} | {fmt(a['auc'])} | {fmt(a['auc_diff'], '+.3f')} | {fmt(a['final_acc'])} | "
-                         f"{'not reached' if ratio is None else format(ratio, '.2f')} | {a['steps']:.0f} | "
+                         f"{'not reached' if not ratio else format(ratio, '.2f')} | {a['steps']:.0f} | "
                          f"{k.get('decoded', 0):,.0f} | {k.get('draft', 0):,.0f} | {a['verified']:,.0f} | "
                          f"{k.get('shared', 0):,.0f} | {a['tokens_by_fate'].get('pruned', 0):,.0f} | "
                          f"{fmt(a['wall_per_step'], '.1f')} |")
