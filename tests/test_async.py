@@ -168,3 +168,38 @@ def test_async_resume_continues_exactly(tmp_path, small_policy, ray_cluster):
     run(cfg(tmp_path / "p", steps=2, mode="async", workers=2, max_staleness=1))
     resumed = run(cfg(tmp_path / "p", steps=4, mode="async", workers=2, max_staleness=1))
     assert strip(resumed) == strip(full)
+
+
+@heavy
+def test_async_wall_time_leaves_out_evaluations_and_no_step_is_generated_during_one(tmp_path, small_policy,
+                                                                                 ray_cluster, monkeypatch):
+    """wall_s is comparable with the synchronous loop's: elapsed training time, evaluations excluded. An
+    evaluation that takes 0.4 s more is not counted, and no collect overlaps it (or it would be free)."""
+    from rollwise.run.driver import StepDriver
+    from rollwise.run.loop import Trainer
+
+    spans = {"eval": [], "collect": []}
+
+    def timed(kind, fn, pad=0.0):
+        def wrapper(*a, **k):
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                time.sleep(pad)
+                spans[kind].append((t0, time.perf_counter()))
+        return wrapper
+
+    monkeypatch.setattr(Trainer, "_evaluate", timed("eval", Trainer._evaluate, pad=0.4))
+    monkeypatch.setattr(StepDriver, "collect", timed("collect", StepDriver.collect))
+    t0 = time.perf_counter()
+    rows = run(cfg(tmp_path / "w", steps=4, mode="async", workers=2, max_staleness=2, eval_every=1))
+    elapsed = time.perf_counter() - t0
+    walls = [r["wall_s"] for r in rows if r["step"] > 0]
+    evals = sum(b - a for a, b in spans["eval"])
+    assert len(spans["eval"]) == 5 and len(spans["collect"]) == 4  # step 0's eval and one after each step
+    assert all(b > a for a, b in zip(walls, walls[1:]))
+    assert walls[-1] <= elapsed - evals  # the evaluations (>= 2 s in all) are not in the wall time
+    assert walls[-1] >= sum(b - a for a, b in spans["collect"])  # every collect is (none overlaps a pause)
+    overlaps = [(e, c) for e in spans["eval"] for c in spans["collect"] if c[0] < e[1] and e[0] < c[1]]
+    assert not overlaps

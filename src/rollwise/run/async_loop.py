@@ -22,6 +22,10 @@ does not start step t (t a multiple of checkpoint_every) until the learner has t
 t - 1, so a checkpoint never holds rollouts in flight, and the weights the next S steps will sample from
 are saved with it. Resume is then exact, and the bound holds after recovery.
 
+Wall time (`wall_s`), as the synchronous loop counts it, training only: time since the loop began less
+evaluations and checkpoints, during which generation is held still (it would otherwise run ahead for
+free). Starting the Ray workers is not counted, as building the engine is not in the synchronous loop.
+
 Off-policy data: tokens of step t come from a policy up to S updates old. Unless the config names a
 correction, async runs use AReaL's decoupled PPO (`correction=areal-decoupled`: the PPO ratio against
 recomputed old log-probs, each token reweighted by pi_old / mu from its own behaviour log-prob, capped
@@ -29,6 +33,7 @@ at 5) because that is the objective the bound was designed with.
 """
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
@@ -69,6 +74,11 @@ class AsyncLoop:
         self.saved_step = tr.step  # the last checkpointed step count
         self.error: BaseException | None = None
         self.staleness_hist: dict[int, int] = {}
+        # Wall time comparable with the synchronous loop's (training only): elapsed time since the loop
+        # began, less the pauses for evaluation and checkpoints. Generation holds `quiet` while it collects
+        # and evaluation takes it, so no step is generated during an evaluation that is not counted.
+        self.quiet = threading.Lock()
+        self.paused_s = 0.0
 
     # ---- generation thread ------------------------------------------------------------------
     def _generate(self) -> None:
@@ -87,7 +97,8 @@ class AsyncLoop:
                     self.pool.update_weights(src, self.weights[src])
                 ctx = tr.context(t)
                 before = tr.ledger.budget_tokens()
-                out = tr.driver.collect(tr.planner, ctx, version=t)
+                with self.quiet:
+                    out = tr.driver.collect(tr.planner, ctx, version=t)
                 tr.planner.observe(out.batch, ctx)
                 self.queue.put((t, ctx, out, tr.ledger_view(), before))
         except BaseException as e:  # noqa: BLE001 - handed to the learner thread, which re-raises it
@@ -99,6 +110,8 @@ class AsyncLoop:
     def run(self, rows: list[dict], metrics_file: Path) -> list[dict]:
         tr, cfg = self.tr, self.tr.cfg
         gen = threading.Thread(target=self._generate, name="rollwise-generate", daemon=True)
+        wall0 = tr.ledger.seconds.get("step", 0.0)  # a resumed run's training wall time so far
+        self.started = time.perf_counter()
         gen.start()
         try:
             while True:
@@ -106,7 +119,6 @@ class AsyncLoop:
                 if item is None:
                     break
                 t, ctx, out, view, before = item
-                t0 = time.perf_counter()
                 with tr.ledger.timer("learn"):
                     out.stats = tr.guard.update(out.batch)  # non-finite updates undone
                 tr.step = t + 1
@@ -120,8 +132,10 @@ class AsyncLoop:
                 row = tr.step_row(ctx, out, view, before)
                 last = tr.step >= cfg.steps or (cfg.budget_tokens and view["tokens"] >= cfg.budget_tokens)
                 if (cfg.eval_every or cfg.eval_every_tokens) and (last or self._eval_due(before, view["tokens"])):
-                    row.update(tr._evaluate())
-                tr.ledger.seconds["step"] = tr.ledger.seconds.get("step", 0.0) + time.perf_counter() - t0
+                    with self.quiet:
+                        with self._paused():
+                            row.update(tr._evaluate())
+                tr.ledger.seconds["step"] = wall0 + time.perf_counter() - self.started - self.paused_s
                 row["wall_s"] = tr.ledger.seconds["step"]
                 row["gen_s"] = tr.ledger.seconds.get("generate", 0.0)
                 row["worker_restarts"] = self.pool.restarts
@@ -129,7 +143,8 @@ class AsyncLoop:
                 if tr.skip_streak >= cfg.max_skipped_steps:
                     raise tr.too_many_skips(row)
                 if tr.step % cfg.checkpoint_every == 0 or last:
-                    self._checkpoint()
+                    with self._paused():  # generation waits for it (quiescent), as the synchronous loop does
+                        self._checkpoint()
                 if last:
                     self.stop.set()
         finally:
@@ -142,6 +157,14 @@ class AsyncLoop:
         if self.error is not None:
             raise self.error
         return rows
+
+    @contextlib.contextmanager
+    def _paused(self):
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.paused_s += time.perf_counter() - t0
 
     def _eval_due(self, before: int, after: int) -> bool:
         cfg = self.tr.cfg
