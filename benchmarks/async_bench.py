@@ -1,18 +1,27 @@
 """Synchronous vs asynchronous (Ray workers, staleness bound S) vs partial rollouts (APRIL), side by side.
 
-Every arm trains the same base on the same task with the same seed and token budget, through the CLI a
-user runs (`rollwise train`), one arm after another on this machine. Per arm it records: accuracy at the
-budget and the area under the accuracy-vs-tokens curve (bench/stats.py, the bench's figures), wall time
-(training only, eval excluded), tokens by purpose and fate (aborted, carried), and the staleness
-histogram (learner version minus the oldest version among a step's tokens).
+Every arm is a `rollwise bench` of GRPO (`uniform`) on the same task, seeds, base and budget (the
+task's bench defaults unless given: on `chain` 400,000 tokens, pool 300, 200 held-out prompts), one bench
+directory per arm under --out:
 
-    OMP_NUM_THREADS=1 python benchmarks/async_bench.py --task arithmetic --budget 40000 --seeds 0 \
-        --out benchmarks/results/async_bench_arithmetic
+    sync                  rollwise bench --planners uniform
+    async S=1, async S=2  ... --set mode=async --set workers=2 --set max_staleness=S   (one run at a time)
+    partial (APRIL 1.5x)  ... --planners uniform+april --set planner_options.april.overprovision=1.5
 
-What it can and cannot show on 2 cores: the async arms run the learner and K generation workers on the
-same two cores, so their wall time measures contention, not the overlap a cluster gets (the simulator's
-timing model, benchmarks/sim_async.py, gives that). What it does show: whether stale rollouts (S = 1, 2)
-learn as well per token as fresh ones, and what partial rollouts charge as aborted and carried.
+    python benchmarks/async_bench.py --task chain --seeds 5 --out benchmarks/results/async_chain5
+
+Then each arm against the synchronous loop, paired by seed, with the bench's statistics
+(rollwise/bench/stats.py): mean held-out accuracy over the budget (the headline), accuracy at the
+budget, tokens-to-target, and wall-to-target (the same ratio read on the training wall-clock axis:
+`wall_s`, evaluations and checkpoints excluded in both loops); plus tokens by fate (carried, aborted),
+the staleness histogram (steps by their largest lag) and the seconds per step.
+
+What it can and cannot show on 2 cores: a synchronous run uses one core (`OMP_NUM_THREADS=1`, two runs at
+once); an async run has both cores to itself, for its learner and two Ray workers. So wall time compares
+one core against two processes' overlap on two, not a cluster, where generation and training run on
+separate devices (the simulator's timing model, benchmarks/sim_async.py, gives that figure). What it does
+show: whether rollouts up to S versions stale learn as well per token as fresh ones, and what partial
+rollouts charge as aborted and carried.
 """
 from __future__ import annotations
 
@@ -21,96 +30,151 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
-from rollwise.bench.stats import acc_at, auc
+from rollwise.bench.stats import (acc_at, auc, paired_difference, tokens_to_target_ratio, verdict)
 
-ARMS = {  # name -> extra `rollwise train` arguments
-    "sync": [],
-    "async S=1": ["--mode", "async", "--workers", "2", "--max-staleness", "1"],
-    "async S=2": ["--mode", "async", "--workers", "2", "--max-staleness", "2"],
-    "partial (APRIL 1.5x)": ["--planner", "uniform+april", "--set", "planner_options.april.overprovision=1.5"],
+ARMS = {  # name -> (directory, planner, extra `rollwise bench` arguments, runs at once)
+    "sync": ("sync", "uniform", [], None),
+    "async S=1": ("async_S1", "uniform", ["--set", "mode=async", "--set", "workers=2", "--set", "max_staleness=1"], 1),
+    "async S=2": ("async_S2", "uniform", ["--set", "mode=async", "--set", "workers=2", "--set", "max_staleness=2"], 1),
+    "partial (APRIL 1.5x)": ("april", "uniform+april", ["--set", "planner_options.april.overprovision=1.5"], None),
 }
 
 
-def run_arm(name: str, extra: list[str], args, seed: int, out: Path) -> list[dict]:
-    cmd = [sys.executable, "-m", "rollwise.cli", "train", "--task", args.task, "--seed", str(seed), "--out", str(out),
-           "--steps", "100000", "--set", f"budget_tokens={args.budget}", "--set", f"eval_size={args.eval_size}",
-           "--set", f"eval_every_tokens={args.budget // 10}", "--set", "eval_every=0", *extra]
-    if not (out / "done.json").exists():
-        t0 = time.time()
-        with open(out.parent / f"{out.name}.log", "w") as log:
-            subprocess.run(cmd, check=True, stdout=log, stderr=subprocess.STDOUT)
-        (out / "done.json").write_text(json.dumps({"seconds": time.time() - t0, "cmd": cmd}))
-    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
+def bench(name: str, args) -> Path:
+    """Run (or reuse: the bench reuses a finished run whose settings are equal) one arm's bench."""
+    slug, planner, extra, jobs = ARMS[name]
+    out = args.out / slug
+    cmd = [sys.executable, "-m", "rollwise.cli", "bench", "--task", args.task, "--planners", planner,
+           "--seeds", str(args.seeds), "--jobs", str(jobs or args.jobs), "--out", str(out), *extra]
+    for flag, value in (("--budget", args.budget), ("--eval-size", args.eval_size)):
+        if value:
+            cmd += [flag, str(value)]
+    print("async_bench:", " ".join(cmd[2:]), flush=True)
+    subprocess.run(cmd, check=True)
+    return out / "runs" / "default" / planner.replace("+", "_plus_")
 
 
-def summarize(rows: list[dict], budget: int) -> dict:
+def rows_of(d: Path) -> list[dict]:
+    return [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines() if x.strip()]
+
+
+def on_wall_axis(rows: list[dict]) -> list[dict]:
+    """The run's evaluations placed at training wall seconds instead of tokens (step 0 at 0 s)."""
+    return [{"step": r["step"], "tokens": 0.0 if r["step"] == 0 else r["wall_s"], "eval_acc": r["eval_acc"]}
+            for r in rows if "eval_acc" in r]
+
+
+def per_run(rows: list[dict], budget: float) -> dict:
     last = rows[-1]
     stale: dict[int, int] = {}
     for r in rows[1:]:
         k = int(r.get("staleness_max", 0))
         stale[k] = stale.get(k, 0) + 1
-    fates = {k.split("/")[2]: 0 for k in last if k.startswith("tok/")}
+    fates: dict[str, int] = {}
     for k, v in last.items():
-        if k.startswith("tok/") and not k.startswith(("tok/eval/", "tok/oracle/")):
-            fates[k.split("/")[2]] += v
-    return {"acc_at_budget": float(acc_at(rows, budget)), "auc": auc(rows, budget), "steps": last["step"],
-            "tokens": last["tokens"], "wall_s": round(last.get("wall_s", float("nan")), 1),
-            "tokens_by_fate": {k: v for k, v in fates.items() if v}, "staleness_hist": dict(sorted(stale.items())),
-            "worker_restarts": last.get("worker_restarts", 0)}
+        if k.startswith("tok/") and k != "tok/verified" and k.split("/")[1] not in ("eval", "oracle"):
+            fates[k.split("/")[2]] = fates.get(k.split("/")[2], 0) + v
+    return {"auc": auc(rows, budget), "acc_at_budget": float(acc_at(rows, budget)), "steps": last["step"],
+            "tokens": last["tokens"], "wall_s": float(last["wall_s"]), "gen_s": float(last.get("gen_s", 0.0)),
+            "tokens_by_fate": fates, "staleness_hist": stale, "worker_restarts": last.get("worker_restarts", 0)}
+
+
+def summarize(runs: dict[str, list[list[dict]]], budget: float, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    base = runs["sync"]
+    wall_budget = max(r[-1]["wall_s"] for arm in runs.values() for r in arm)
+    out = {}
+    for name, arm in runs.items():
+        n = min(len(base), len(arm))
+        figs = [per_run(r, budget) for r in arm[:n]]
+        hist: dict[int, int] = {}
+        fates: dict[str, int] = {}
+        for f in figs:
+            for k, v in f["staleness_hist"].items():
+                hist[k] = hist.get(k, 0) + v
+            for k, v in f["tokens_by_fate"].items():
+                fates[k] = fates.get(k, 0) + v
+        s = {"seeds": n, "per_seed": figs, "staleness_hist": dict(sorted(hist.items())),
+             "tokens_by_fate_mean": {k: v / n for k, v in fates.items()},
+             "steps_mean": float(np.mean([f["steps"] for f in figs])),
+             "s_per_step": float(np.mean([f["wall_s"] / f["steps"] for f in figs])),
+             "auc_mean": float(np.mean([f["auc"] for f in figs])),
+             "acc_at_budget_mean": float(np.mean([f["acc_at_budget"] for f in figs]))}
+        if name != "sync":
+            b = [per_run(r, budget) for r in base[:n]]
+            for key in ("auc", "acc_at_budget"):
+                d = paired_difference([x[key] for x in b], [x[key] for x in figs], rng)
+                s[f"{key}_diff"] = {**d, "verdict": verdict(d["lo"], d["hi"], n)}
+            s["tokens_to_target"] = tokens_to_target_ratio(base[:n], arm[:n], budget, rng)
+            s["wall_to_target"] = tokens_to_target_ratio([on_wall_axis(r) for r in base[:n]],
+                                                         [on_wall_axis(r) for r in arm[:n]], wall_budget, rng)
+        out[name] = s
+    return out
+
+
+def ratio_text(r: dict) -> str:
+    if r["ratio"] == 0:
+        return f"not reached [{r['lo']:.2f}, {r['hi']:.2f}]"
+    return f"{r['ratio']:.2f}× [{r['lo']:.2f}, {r['hi']:.2f}]"
+
+
+def report(result: dict) -> str:
+    arms = result["arms"]
+    lines = [f"# sync vs async vs partial rollouts on `{result['task']}` ({result['budget']:,} tokens, "
+             f"{result['seeds']} seeds)", "", f"Command: `{result['command']}`", "",
+             "Each arm against the synchronous loop, paired by seed; 95% bootstrap intervals over seeds.", "",
+             "| arm | mean acc over budget | Δ vs sync | verdict | acc at budget Δ | tokens-to-target | "
+             "wall-to-target | s / step | steps | staleness (steps by lag, all seeds) | tokens by fate (mean per run) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name, s in arms.items():
+        fate = ", ".join(f"{k} {v:,.0f}" for k, v in sorted(s["tokens_by_fate_mean"].items()))
+        hist = ", ".join(f"{k}: {v}" for k, v in s["staleness_hist"].items())
+        if name == "sync":
+            cells = ["baseline", "", "", "1.00×", "1.00×"]
+        else:
+            a, z = s["auc_diff"], s["acc_at_budget_diff"]
+            cells = [f"{a['diff']:+.3f} [{a['lo']:+.3f}, {a['hi']:+.3f}]", a["verdict"],
+                     f"{z['diff']:+.3f} [{z['lo']:+.3f}, {z['hi']:+.3f}]", ratio_text(s["tokens_to_target"]),
+                     ratio_text(s["wall_to_target"])]
+        lines.append(f"| {name} | {s['auc_mean']:.4f} | " + " | ".join(cells) +
+                     f" | {s['s_per_step']:.1f} | {s['steps_mean']:.1f} | {hist} | {fate} |")
+    lines += ["", "Wall time is training only (evaluations and checkpoints excluded, in both loops). "
+              "A synchronous run used one core, two runs at once; an async run had both cores for its learner "
+              "and 2 Ray workers, one run at a time.", "",
+              f"Load average at start {result['load_avg_start'][0]:.1f}, at end {result['load_avg_end'][0]:.1f}."]
+    return "\n".join(lines) + "\n"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--task", default="arithmetic")
-    ap.add_argument("--budget", type=int, default=40000)
-    ap.add_argument("--eval-size", type=int, default=500)
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0])
+    ap.add_argument("--task", default="chain")
+    ap.add_argument("--budget", type=int, help="generated tokens per run (default: the task's bench default)")
+    ap.add_argument("--eval-size", type=int, help="held-out prompts (default: the task's bench default)")
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--jobs", type=int, default=2, help="runs at once for the one-thread arms (sync, APRIL)")
     ap.add_argument("--arms", default=",".join(ARMS), help="comma-separated subset of: " + ", ".join(ARMS))
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
-    arms = [a.strip() for a in args.arms.split(",")]
-    unknown = [a for a in arms if a not in ARMS]
-    if unknown:
-        sys.exit(f"async_bench: unknown arm(s) {unknown}; known: {list(ARMS)}")
+    names = [a.strip() for a in args.arms.split(",")]
+    unknown = [a for a in names if a not in ARMS]
+    if unknown or "sync" not in names:
+        sys.exit(f"async_bench: unknown arm(s) {unknown} or no sync arm; known: {list(ARMS)}")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     args.out.mkdir(parents=True, exist_ok=True)
-    result = {"command": " ".join(sys.argv), "task": args.task, "budget": args.budget, "seeds": args.seeds,
-              "load_avg_start": os.getloadavg(), "arms": {}}
-    for name in arms:
-        per_seed = []
-        for seed in args.seeds:
-            slug = name.replace(" ", "_").replace("=", "").replace("(", "").replace(")", "").replace(".", "")
-            out = args.out / "runs" / f"{slug}_seed{seed}"
-            out.parent.mkdir(parents=True, exist_ok=True)
-            per_seed.append(summarize(run_arm(name, ARMS[name], args, seed, out), args.budget))
-            print(f"async_bench: {name} seed {seed}: {per_seed[-1]}", flush=True)
-        result["arms"][name] = {"args": ARMS[name], "seeds": per_seed,
-                                "acc_at_budget_mean": float(np.mean([s["acc_at_budget"] for s in per_seed])),
-                                "auc_mean": float(np.mean([s["auc"] for s in per_seed]))}
+    load_start = os.getloadavg()
+    dirs = {name: bench(name, args) for name in names}
+    runs = {name: [rows_of(d / f"seed{s}") for s in range(args.seeds)] for name, d in dirs.items()}
+    budget = json.loads((dirs["sync"] / "seed0" / "config.json").read_text())["budget_tokens"]
+    result = {"command": "python " + " ".join(sys.argv), "task": args.task, "budget": budget, "seeds": args.seeds,
+              "load_avg_start": load_start, "arms": summarize(runs, budget)}
     result["load_avg_end"] = os.getloadavg()
     (args.out / "summary.json").write_text(json.dumps(result, indent=2))
-    lines = [f"# sync vs async vs partial rollouts on `{args.task}` ({args.budget:,} tokens, seeds {args.seeds})", "",
-             f"Command: `{result['command']}`", "",
-             "| arm | acc at budget | mean acc over budget | steps | wall s (train) | tokens by fate | staleness histogram |",
-             "|---|---|---|---|---|---|---|"]
-    for name, r in result["arms"].items():
-        s = r["seeds"][0] if len(r["seeds"]) == 1 else None
-        fate = ", ".join(f"{k} {v:,}" for k, v in (s or r["seeds"][0])["tokens_by_fate"].items())
-        hist = ", ".join(f"{k}: {v}" for k, v in (s or r["seeds"][0])["staleness_hist"].items())
-        lines.append(f"| {name} | {r['acc_at_budget_mean']:.3f} | {r['auc_mean']:.4f} | "
-                     f"{np.mean([x['steps'] for x in r['seeds']]):.0f} | "
-                     f"{np.mean([x['wall_s'] for x in r['seeds']]):.0f} | {fate} | {hist} |")
-    lines += ["", f"Accuracy columns and steps: mean over seeds {args.seeds}; tokens by fate and the staleness "
-              f"histogram (steps by their largest lag): seed {args.seeds[0]}. Wall time: training only.",
-              "", f"Load average at start {result['load_avg_start'][0]:.1f}, at end {result['load_avg_end'][0]:.1f} "
-              "(wall times are only comparable within one quiet run)."]
-    (args.out / "report.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    (args.out / "report.md").write_text(report(result))
+    print(report(result))
 
 
 if __name__ == "__main__":

@@ -97,6 +97,10 @@ class RayEnginePool:
         kw = {**self.engine_kwargs, "seed": self.seed + 1000 * i}
         return actor.remote(self.model_dir, self.engine_name, kw)
 
+    def wait_ready(self) -> None:
+        """Block until every worker has built its engine (the actors start in the background)."""
+        _ray().get([w.pid.remote() for w in self.workers])
+
     # ---- the Engine protocol ---------------------------------------------------------------
     @property
     def pending(self) -> int:

@@ -110,6 +110,7 @@ class AsyncLoop:
     def run(self, rows: list[dict], metrics_file: Path) -> list[dict]:
         tr, cfg = self.tr, self.tr.cfg
         gen = threading.Thread(target=self._generate, name="rollwise-generate", daemon=True)
+        self.pool.wait_ready()  # worker start-up is not training time (the sync loop builds its engine first)
         wall0 = tr.ledger.seconds.get("step", 0.0)  # a resumed run's training wall time so far
         self.started = time.perf_counter()
         gen.start()
