@@ -5,6 +5,7 @@ task's bench defaults unless given: on `chain` 400,000 tokens, pool 300, 200 hel
 directory per arm under --out:
 
     sync                  rollwise bench --planners uniform
+    async S=0             ... --set mode=async --set workers=2 --set max_staleness=0   (one run at a time)
     async S=1, async S=2  ... --set mode=async --set workers=2 --set max_staleness=S   (one run at a time)
     partial (APRIL 1.5x)  ... --planners uniform+april --set planner_options.april.overprovision=1.5
 
@@ -17,8 +18,9 @@ budget, tokens-to-target, and wall-to-target (the same ratio read on the trainin
 the staleness histogram (steps by their largest lag) and the seconds per step.
 
 What it can and cannot show on 2 cores: a synchronous run uses one core (`OMP_NUM_THREADS=1`, two runs at
-once); an async run has both cores to itself, for its learner and two Ray workers. So wall time compares
-one core against two processes' overlap on two, not a cluster, where generation and training run on
+once); an async run has both cores to itself, for its learner and two Ray workers. The S = 0 arm runs the
+same workers on-policy, so S = 1, 2 against it is what overlapping generation with learning buys, and it
+against sync is what two workers buy. Neither is a cluster, where generation and training run on
 separate devices (the simulator's timing model, benchmarks/sim_async.py, gives that figure). What it does
 show: whether rollouts up to S versions stale learn as well per token as fresh ones, and what partial
 rollouts charge as aborted and carried.
@@ -38,6 +40,9 @@ from rollwise.bench.stats import (acc_at, auc, paired_difference, tokens_to_targ
 
 ARMS = {  # name -> (directory, planner, extra `rollwise bench` arguments, runs at once)
     "sync": ("sync", "uniform", [], None),
+    # the async loop with S = 0: on-policy like sync, generation on the same 2 workers as the S-arms, so
+    # against it the S-arms show what overlapping generation with learning buys, apart from the workers
+    "async S=0": ("async_S0", "uniform", ["--set", "mode=async", "--set", "workers=2", "--set", "max_staleness=0"], 1),
     "async S=1": ("async_S1", "uniform", ["--set", "mode=async", "--set", "workers=2", "--set", "max_staleness=1"], 1),
     "async S=2": ("async_S2", "uniform", ["--set", "mode=async", "--set", "workers=2", "--set", "max_staleness=2"], 1),
     "partial (APRIL 1.5x)": ("april", "uniform+april", ["--set", "planner_options.april.overprovision=1.5"], None),
@@ -83,6 +88,13 @@ def per_run(rows: list[dict], budget: float) -> dict:
             "tokens_by_fate": fates, "staleness_hist": stale, "worker_restarts": last.get("worker_restarts", 0)}
 
 
+def step_speedup(base_s: list[float], arm_s: list[float], rng) -> dict:
+    """Seconds per training step, base / arm, paired by seed: the mean ratio with a 95% bootstrap interval."""
+    r = np.asarray(base_s) / np.asarray(arm_s)
+    means = r[rng.integers(0, len(r), size=(2000, len(r)))].mean(axis=1)
+    return {"ratio": float(r.mean()), "lo": float(np.percentile(means, 2.5)), "hi": float(np.percentile(means, 97.5))}
+
+
 def summarize(runs: dict[str, list[list[dict]]], budget: float, seed: int = 0) -> dict:
     rng = np.random.default_rng(seed)
     base = runs["sync"]
@@ -109,6 +121,12 @@ def summarize(runs: dict[str, list[list[dict]]], budget: float, seed: int = 0) -
             for key in ("auc", "acc_at_budget"):
                 d = paired_difference([x[key] for x in b], [x[key] for x in figs], rng)
                 s[f"{key}_diff"] = {**d, "verdict": verdict(d["lo"], d["hi"], n)}
+            s["step_speedup"] = step_speedup([x["wall_s"] / x["steps"] for x in b],
+                                             [f["wall_s"] / f["steps"] for f in figs], rng)
+            if name not in ("async S=0", "partial (APRIL 1.5x)") and "async S=0" in runs:  # overlap alone
+                s0 = [per_run(r, budget) for r in runs["async S=0"][:n]]
+                s["step_speedup_vs_S0"] = step_speedup([x["wall_s"] / x["steps"] for x in s0],
+                                                       [f["wall_s"] / f["steps"] for f in figs], rng)
             s["tokens_to_target"] = tokens_to_target_ratio(base[:n], arm[:n], budget, rng)
             s["wall_to_target"] = tokens_to_target_ratio([on_wall_axis(r) for r in base[:n]],
                                                          [on_wall_axis(r) for r in arm[:n]], wall_budget, rng)
@@ -128,24 +146,27 @@ def report(result: dict) -> str:
              f"{result['seeds']} seeds)", "", f"Command: `{result['command']}`", "",
              "Each arm against the synchronous loop, paired by seed; 95% bootstrap intervals over seeds.", "",
              "| arm | mean acc over budget | Δ vs sync | verdict | acc at budget Δ | tokens-to-target | "
-             "wall-to-target | s / step | steps | staleness (steps by lag, all seeds) | tokens by fate (mean per run) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "wall-to-target | s / step | step speed-up vs sync | vs async S=0 | steps | staleness (steps by lag, "
+             "all seeds) | tokens by fate (mean per run) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, s in arms.items():
         fate = ", ".join(f"{k} {v:,.0f}" for k, v in sorted(s["tokens_by_fate_mean"].items()))
         hist = ", ".join(f"{k}: {v}" for k, v in s["staleness_hist"].items())
         if name == "sync":
-            cells = ["baseline", "", "", "1.00×", "1.00×"]
+            cells = ["baseline", "", "", "1.00×", "1.00×", f"{s['s_per_step']:.1f}", "1.00×", ""]
         else:
             a, z = s["auc_diff"], s["acc_at_budget_diff"]
             cells = [f"{a['diff']:+.3f} [{a['lo']:+.3f}, {a['hi']:+.3f}]", a["verdict"],
                      f"{z['diff']:+.3f} [{z['lo']:+.3f}, {z['hi']:+.3f}]", ratio_text(s["tokens_to_target"]),
-                     ratio_text(s["wall_to_target"])]
+                     ratio_text(s["wall_to_target"]), f"{s['s_per_step']:.1f}", ratio_text(s["step_speedup"]),
+                     ratio_text(s["step_speedup_vs_S0"]) if "step_speedup_vs_S0" in s else ""]
         lines.append(f"| {name} | {s['auc_mean']:.4f} | " + " | ".join(cells) +
-                     f" | {s['s_per_step']:.1f} | {s['steps_mean']:.1f} | {hist} | {fate} |")
-    lines += ["", "Wall time is training only (evaluations and checkpoints excluded, in both loops). "
+                     f" | {s['steps_mean']:.1f} | {hist} | {fate} |")
+    lines += ["", "Step speed-up: seconds per training step, the other arm's / this arm's, paired by seed.", "",
+              "Wall time is training only (evaluations and checkpoints excluded, in both loops). "
               "A synchronous run used one core, two runs at once; an async run had both cores for its learner "
               "and 2 Ray workers, one run at a time.", "",
-              f"Load average at start {result['load_avg_start'][0]:.1f}, at end {result['load_avg_end'][0]:.1f}."]
+              f"Load average when this report was written: {result['load_avg_start'][0]:.1f} at its start, {result['load_avg_end'][0]:.1f} at its end (the runs are reused when finished)."]
     return "\n".join(lines) + "\n"
 
 
