@@ -12,7 +12,7 @@ QUICK = dict(planners=["uniform", "dapo", "greso", "oracle"], seeds=2, budget_to
 def add_bench_parser(sub) -> None:
     p = sub.add_parser("bench", help="equal-budget comparison of planners against GRPO")
     p.add_argument("--quick", action="store_true",
-                   help="GRPO, DAPO, GRESO and the oracle, 2 seeds, 40k tokens (2.4 min on an idle 2-core machine)")
+                   help="GRPO, DAPO, GRESO and the oracle, 2 seeds, 40k tokens (2.4–3.1 min on an idle 2-core machine)")
     p.add_argument("--planners", help="comma-separated planner specs (uniform = GRPO is always included)")
     p.add_argument("--task", default="arithmetic",
                    help="a registered task (arithmetic, chain, ...); its defaults set the budget and mixes")
