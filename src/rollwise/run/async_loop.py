@@ -130,6 +130,10 @@ class AsyncLoop:
                 self.gate.release(t)
                 lag = out.staleness.get("staleness_max", 0)
                 self.staleness_hist[lag] = self.staleness_hist.get(lag, 0) + 1
+                # eval counts as the learner (their only writer) has them now, as in the synchronous loop: the
+                # generation thread's view of them depended on where the evaluations fell between its steps
+                view.update({k: v for k, v in tr.ledger_view().items()
+                             if k in ("tokens_eval", "rollouts_eval") or k.startswith("tok/eval/")})
                 row = tr.step_row(ctx, out, view, before)
                 last = tr.step >= cfg.steps or (cfg.budget_tokens and view["tokens"] >= cfg.budget_tokens)
                 if (cfg.eval_every or cfg.eval_every_tokens) and (last or self._eval_due(before, view["tokens"])):
