@@ -39,7 +39,7 @@ def test_median_ratio_kept_for_sim_rank():
 
 def write_runs(cfg, curves):
     for p, (accs, tps) in curves.items():
-        for s in range(cfg.seeds):
+        for s in range(cfg.seed_start, cfg.seed_start + cfg.seeds):
             d = run_dir(cfg, "default", p, s)
             d.mkdir(parents=True)
             (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in curve(accs, tps)))
@@ -94,6 +94,25 @@ def test_verdicts_with_enough_seeds(tmp_path):
     assert "Higher, interval above 0: fast. Lower, interval below 0: slow." in report
     # slow's curve reaches 0.55 at 300 tokens and never the target 0.6
     assert m["slow"]["ratio"] == 0.0 and m["slow"]["reach_frac"] == 0.0 and "| not reached |" in report
+
+
+def test_seed_start_reads_and_runs_only_its_seeds(tmp_path):
+    """A tuning bench on seeds 100-101 reads those runs, not seeds 0-1 of the same directory, and starts
+    its trainers with those seeds."""
+    cfg = BenchConfig(out=str(tmp_path), planners=["uniform", "fast"], seeds=2, seed_start=100, budget_tokens=300)
+    write_runs(cfg, {"uniform": ([0.4, 0.5, 0.6, 0.7], 100), "fast": ([0.4, 0.5, 0.6, 0.7], 50)})
+    decoy = BenchConfig(out=str(tmp_path), planners=["fast"], seeds=2, budget_tokens=300)
+    write_runs(decoy, {"fast": ([0.4, 0.1, 0.1, 0.1], 100)})  # seeds 0-1: must not be read
+    summary = write_report(cfg, "rollwise bench --test")
+    assert summary["seed_start"] == 100
+    assert summary["mixes"]["default"]["planners"]["fast"]["auc"] == pytest.approx(0.625)
+    assert "2 seeds (seeds 100–101)" in (tmp_path / "report.md").read_text()
+    cmd = run_command(cfg, "default", "fast", 101)
+    assert cmd[cmd.index("--set", cmd.index("--out")) + 1:].count("seed=101") == 1
+    assert str(run_dir(cfg, "default", "fast", 101)).endswith("seed101")
+    with pytest.raises(ValueError, match="--seed-start must be >= 0"):
+        from rollwise.bench.runner import run_all
+        run_all(BenchConfig(out=str(tmp_path / "neg"), planners=["uniform"], seeds=1, seed_start=-1))
 
 
 def test_table_cells_split_on_unescaped_pipes_only():

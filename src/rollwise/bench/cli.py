@@ -18,7 +18,9 @@ def add_bench_parser(sub) -> None:
                    help="a registered task (arithmetic, chain, ...); its defaults set the budget and mixes")
     p.add_argument("--mixes", help="comma-separated pool difficulty mixes (arithmetic: default, easy, hard; "
                                    "another task: its own `bench_mixes`, or default)")
-    p.add_argument("--seeds", type=int)
+    p.add_argument("--seeds", type=int, help="how many seeds")
+    p.add_argument("--seed-start", type=int, dest="seed_start",
+                   help="the first seed (default 0); tune on seeds that are not the reported ones, e.g. 100")
     p.add_argument("--budget", type=int, help="generated tokens per run")
     p.add_argument("--jobs", type=int, default=2, help="runs at once (one core each)")
     p.add_argument("--target", type=float, help="target held-out accuracy (default: GRPO's median final)")
@@ -50,7 +52,7 @@ def cmd_bench(args) -> int:
     kw["task"] = args.task
     if args.planners:
         kw["planners"] = [p.strip() for p in args.planners.split(",") if p.strip()]
-    for key in ("seeds", "jobs", "eval_size", "pool_size", "engine", "sim_profile"):
+    for key in ("seeds", "seed_start", "jobs", "eval_size", "pool_size", "engine", "sim_profile"):
         if getattr(args, key) is not None:
             kw[key] = getattr(args, key)
     if args.budget:

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from . import stats
-from .runner import BenchConfig, run_dir
+from .runner import BenchConfig, run_dir, seed_list
 
 BASELINE = "uniform"
 PCT = [f"{f * 100:.0f}" for f in stats.FRACTIONS]  # summary keys of acc_diff: "25", "50", "75", "100"
@@ -72,13 +72,19 @@ def median_ratio(base, other) -> float:
     return float(mb / mo) if np.isfinite(mb) and mo > 0 else float("inf")
 
 
+def seed_range(cfg: BenchConfig) -> str:
+    """' (seeds 100–102)' for a bench that does not start at seed 0, else ''."""
+    return f" (seeds {cfg.seed_start}–{cfg.seed_start + cfg.seeds - 1})" if cfg.seed_start else ""
+
+
 def load_runs(cfg: BenchConfig, mix: str) -> dict[str, list[list[dict]]]:
     """Every planner's runs of a mix, one list of rows per seed ([] where the run is missing)."""
-    return {p: [load_run(run_dir(cfg, mix, p, s)) for s in range(cfg.seeds)] for p in cfg.planners}
+    return {p: [load_run(run_dir(cfg, mix, p, s)) for s in seed_list(cfg)] for p in cfg.planners}
 
 
 def summarize(cfg: BenchConfig, target: float | None = None, seed: int = 0) -> dict:
-    out: dict = {"budget_tokens": cfg.budget_tokens, "seeds": cfg.seeds, "pool_size": cfg.pool_size,
+    out: dict = {"budget_tokens": cfg.budget_tokens, "seeds": cfg.seeds, "seed_start": cfg.seed_start,
+                 "pool_size": cfg.pool_size,
                  "eval_size": cfg.eval_size, "engine": cfg.engine, "headline": "auc_diff",
                  "smoother": f"running mean over {stats.SMOOTH_EVALS} evals",
                  "min_seeds_for_verdict": stats.MIN_SEEDS_FOR_VERDICT, "mixes": {}}
@@ -99,7 +105,7 @@ def summarize(cfg: BenchConfig, target: float | None = None, seed: int = 0) -> d
             figs = [run_figures(r, tgt, budget) for r in rs if r]
             if not figs:
                 continue
-            paired = [s for s in range(cfg.seeds) if rs[s] and runs[BASELINE][s]]
+            paired = [i for i in range(cfg.seeds) if rs[i] and runs[BASELINE][i]]  # positions in seed_list
             if not paired:
                 continue
             # One generator per planner, so a planner's intervals do not depend on which others ran.
@@ -392,14 +398,15 @@ def write_report(cfg: BenchConfig, command: str, target: float | None = None) ->
                 f"model, no sampling noise; no learner, so no mean |advantage|; wall time is simulated seconds)")
     md = ["# rollwise bench\n", f"Command: `{command}`\n",
           f"Budget {cfg.budget_tokens:,} generated tokens per run (every purpose but eval/oracle), "
-          f"{cfg.seeds} seeds, pool {cfg.pool_size} prompts revisited over epochs, {held_out}. Every figure is "
+          f"{cfg.seeds} seeds{seed_range(cfg)}, pool {cfg.pool_size} prompts revisited over epochs, {held_out}. Every figure is "
           f"read at exactly the budget, interpolating between evaluations in tokens.\n"]
-    skipped = sorted({p for m in cfg.mixes for p in cfg.planners for s in range(cfg.seeds)
+    first = cfg.seed_start
+    skipped = sorted({p for m in cfg.mixes for p in cfg.planners for s in seed_list(cfg)
                       if (run_dir(cfg, m, p, s) / "skipped.json").exists()})
     if skipped:
         md.append("Not run by this engine: " + "; ".join(
-            json.loads((run_dir(cfg, cfg.mixes[0], p, 0) / "skipped.json").read_text())["reason"]
-            if (run_dir(cfg, cfg.mixes[0], p, 0) / "skipped.json").exists() else p for p in skipped) + "\n")
+            json.loads((run_dir(cfg, cfg.mixes[0], p, first) / "skipped.json").read_text())["reason"]
+            if (run_dir(cfg, cfg.mixes[0], p, first) / "skipped.json").exists() else p for p in skipped) + "\n")
     md += [legend(), ""]
     for mix in cfg.mixes:
         m = summary["mixes"][mix]

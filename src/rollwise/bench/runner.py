@@ -53,6 +53,8 @@ class BenchConfig:
     planners: list[str] = field(default_factory=lambda: ["uniform", "dapo", "greso", "oracle"])
     mixes: list[str] = field(default_factory=lambda: ["default"])
     seeds: int = 3
+    # the first seed: a tuning bench runs seeds that are not the reported ones (e.g. 100..102; report 0..7)
+    seed_start: int = 0
     budget_tokens: int = 40_000  # the recorded protocol (README, benchmarks/results/bench_full)
     jobs: int = 2
     eval_tokens: int = 0  # evaluate after each multiple of this many generated tokens (0: budget / 10)
@@ -64,6 +66,11 @@ class BenchConfig:
     engine: str = "torch"  # "torch": the tiny model; "sim": the population simulator (sim/bench.py)
     sim_profile: str = "tiny"  # the simulator's parameters (sim/profiles.py)
     task: str = "arithmetic"  # a registered task; its mixes are task_mixes(task)
+
+
+def seed_list(cfg: BenchConfig) -> list[int]:
+    """The bench's seeds: `seeds` of them from `seed_start`."""
+    return list(range(cfg.seed_start, cfg.seed_start + cfg.seeds))
 
 
 class BenchFailed(RuntimeError):
@@ -173,6 +180,8 @@ def run_all(cfg: BenchConfig, log=print) -> None:
     for name, value in (("seeds", cfg.seeds), ("pool-size", cfg.pool_size)):
         if value < 1:
             raise ValueError(f"bench: --{name} must be >= 1, got {value}")
+    if cfg.seed_start < 0:
+        raise ValueError(f"bench: --seed-start must be >= 0, got {cfg.seed_start}")
     if not str(cfg.out).strip():
         raise ValueError("bench: --out must name a directory, got an empty string")
     Path(cfg.out).mkdir(parents=True, exist_ok=True)
@@ -181,7 +190,7 @@ def run_all(cfg: BenchConfig, log=print) -> None:
 
 
 def _run_all(cfg: BenchConfig, log) -> None:
-    keys = [(m, p, s) for m in cfg.mixes for p in cfg.planners for s in range(cfg.seeds)]
+    keys = [(m, p, s) for m in cfg.mixes for p in cfg.planners for s in seed_list(cfg)]
     named = {k.split(".")[1] for k in cfg.extra if k.startswith("planner_options.")} | set(
         cfg.extra["planner_options"] if isinstance(cfg.extra.get("planner_options"), dict) else ())
     have = {c for p in cfg.planners for c in p.split("+")}
