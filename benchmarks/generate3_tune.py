@@ -22,6 +22,7 @@ Knobs (each documented in the component's docstring and tagged there; nothing el
     past the gate); `duet+duet-abort` is DUET as the paper states it, both halves.
   * arrol: ratio [INF] (rows started per row kept), prune_at [INF] (the checkpoint, in tokens).
   * spec-rl: lenience [CODE] (the paper's ablation range e^0..e^2; e^0.5 is its recommendation).
+  * arrol+duet-abort: the two components that were ahead of GRPO alone, composed, at their defaults.
 """
 from __future__ import annotations
 
@@ -51,6 +52,7 @@ VARIANTS = {
     "arrol r3": ("arrol", "arrol", {"planner_options.arrol.ratio": 3.0}),
     "arrol p16": ("arrol", "arrol", {"planner_options.arrol.prune_at": 16}),
     "arrol p64": ("arrol", "arrol", {"planner_options.arrol.prune_at": 64}),
+    "arrol+duet-abort": ("arrol+duet-abort", "arrol+duet-abort", {}),  # the two that were ahead alone, composed
     "spec-rl": ("spec-rl", "spec-rl", {}),
     "spec-rl l1": ("spec-rl", "spec-rl", {"planner_options.spec-rl.lenience": math.e}),
     "spec-rl l2": ("spec-rl", "spec-rl", {"planner_options.spec-rl.lenience": math.e ** 2}),

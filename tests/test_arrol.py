@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from rollwise.control.arrol import ARRoL, PruneGate, QualityHead, head_figures, survivors
-from rollwise.control.base import Wave, build_planner
+from rollwise.control.base import Decision, Watchers, Wave, build_planner
+from rollwise.control.duet import AbortGate, DUETAbort
 from rollwise.core.ledger import Ledger
 from rollwise.core.types import Group, Prompt, Request
 from rollwise.generate.engine import run_sync
@@ -149,10 +150,10 @@ def test_options_are_checked_with_one_line_errors():
         with pytest.raises(ValueError, match=msg) as e:
             ARRoL(**kw)
         assert "\n" not in str(e.value) and str(e.value).startswith("arrol:")
-    with pytest.raises(ValueError, match="composes with neither another one nor partial rollouts"):
+    with pytest.raises(ValueError, match="does not compose with partial rollouts"):
         build_planner("april+arrol", 4, np.random.default_rng(0))
-    with pytest.raises(ValueError, match="composes with neither another one"):
-        build_planner("duet-abort+arrol", 4, np.random.default_rng(0))
+    with pytest.raises(ValueError, match="arrol and spec-rl do not compose"):
+        build_planner("arrol+spec-rl", 4, np.random.default_rng(0))
     with pytest.raises(ValueError, match="arrol needs in-flight control"):
         build_planner("ar3po+arrol", 4, np.random.default_rng(0)).require("a host", sampling=True, policy=True)
 
@@ -320,3 +321,84 @@ def test_async_mode_refuses_arrol_by_name(tmp_path, small_policy):
                              "planner": "arrol"})
     with pytest.raises(ValueError, match="--mode async .* cannot run planner 'arrol': arrol needs in-flight"):
         Trainer(cfg).run()
+
+
+def composed_run(order):
+    """ARRoL (G = 2, prune_at 5, p_j = sigmoid(j - 1.5) as in gate_run) with DUET's abort (h_abort 0,
+    grace 3, q ~ 0) over one request of 4 samples of 10 tokens. Samples 0, 2, 3 write the marker 99 at
+    position 2 (its end at 3: DUET stops them at 3 + 3 = 6 tokens); sample 1 never does, so DUET's gate
+    prunes it at 4 tokens (its draw u >= q). At 5 tokens ARRoL sees 3 rows running and none finished:
+    m = G = 2 slots, the highest (3) and the lowest (0) are kept, 2 is pruned. Counting DUET's pruned row
+    as finished would leave one slot."""
+    eng = TokenEngine(lambda pid, j: 10, max_tokens=20, hidden=lambda x, j, k: torch.tensor([j, 1.0]),
+                      script=lambda pid, j: None if j == 1 else [0, 1, 99])
+    rule = ARRoL(prune_at=5)
+    rule.head.w_D, rule.head.b = torch.tensor([1.0, 0.0], dtype=torch.float64), -1.5
+    rule.head.mu_D, rule.head.sd_D = torch.zeros(2, dtype=torch.float64), torch.ones(2, dtype=torch.float64)
+    duet = DUETAbort(h_abort=0, grace=3, q=1e-9)
+    requests, metrics, led = [Request(P0, 4)], {}, Ledger()
+    gates = {"arrol": PruneGate(rule, requests, [2], metrics), "duet": AbortGate(duet, requests, [99], (3, 0, 1), metrics)}
+    watch = Watchers([gates[k] for k in order])
+    assert watch.hidden
+    (g,) = StepDriver(eng, led, None).generate(Wave(requests, watch=watch, hidden=True))
+    return g, metrics, led, eng
+
+
+@pytest.mark.parametrize("order", [("arrol", "duet"), ("duet", "arrol")])
+def test_arrol_with_duet_abort_by_hand(order):
+    assert np.random.default_rng([3, 0, 1, 0, 1]).random() >= 1e-9  # sample 1's draw: pruned
+    g, metrics, led, eng = composed_run(order)
+    assert [(r.num_tokens, r.status, r.finish_reason) for r in g.rollouts] == [(6, "done", "stop")] * 2
+    assert [r.meta["arrol_h"][0].item() for r in g.rollouts] == [0.0, 3.0]  # ARRoL's survivors, then DUET's stop
+    assert metrics == {"arrol/rows": 4.0, "arrol/decided": 1.0, "arrol/pruned": 1.0, "duet/pruned": 1.0,
+                       "duet/stopped": 2.0}
+    assert eng.decoded == 6 + 4 + 5 + 6 == led.count() and led.count(fate="pruned") == 4 + 5
+    assert led.count_rollouts(fate="pruned") == 2
+
+
+def test_watchers_show_a_watcher_without_hidden_the_tokens_only_and_end_a_sample_once():
+    seen = []
+
+    class Tokens:
+        def __call__(self, running):
+            seen.append(running)
+            return [Decision(0, 0, "pruned")]
+
+    class Pairs:
+        hidden = True
+
+        def __init__(self):
+            self.told = []
+
+        def __call__(self, running):
+            assert running[0][0] is None and isinstance(running[0][1], tuple)  # ended by Tokens in this call
+            return [Decision(0, 0, "pruned"), Decision(0, 1, "keep", weight=2.0)]
+
+        def ended_elsewhere(self, i, j, action):
+            self.told.append((i, j, action))
+
+    pairs = Pairs()
+    t = torch.tensor([1, 2])
+    out = Watchers([Tokens(), pairs])({0: [(t, torch.zeros(2)), (t, torch.ones(2))]})
+    assert [torch.equal(x, t) for x in seen[0][0]] == [True, True]  # tokens, not (tokens, h) pairs
+    assert out == [Decision(0, 0, "pruned"), Decision(0, 1, "keep", weight=2.0)]  # sample 0 ended once
+    assert pairs.told == [(0, 0, "pruned")]
+
+
+def test_arrol_with_duet_abort_composes_in_the_planner_and_balances_the_ledger():
+    ctx = make_ctx(pool_size=6, B=3, n=4, seed=0)
+    eng = TokenEngine(lambda pid, j: 2 + (2 * pid + 3 * j) % 12, correct=lambda x, j: j % 2 == 1,
+                      hidden=lambda x, j, k: torch.tensor([j % 2, x / 6, 1.0]))
+    opts = {"arrol": OPTS, "duet-abort": {"h_abort": 4, "grace": 1, "q": 0.5}}
+    planner = build_planner("arrol+duet-abort", 6, ctx.rng, opts)
+    out = planner_steps(planner, ctx, eng, 3)
+    led = ctx.ledger
+    assert sum(m.get("arrol/pruned", 0) for _, m in out) > 0 and sum(m.get("duet/pruned", 0) for _, m in out) > 0
+    assert led.count() == eng.decoded == led.budget_tokens() and led.count(fate="open") == 0
+    assert led.count(fate="trained") + led.count(fate="discarded") + led.count(fate="pruned") == eng.decoded
+    assert all(len(rows) <= 4 or min(rows) < 3 for batch, _ in out for _, rows in batch)  # at most G survivors
+    ctx2 = make_ctx(pool_size=6, B=3, n=4, seed=0)
+    again = planner_steps(build_planner("arrol+duet-abort", 6, ctx2.rng, opts), ctx2,
+                          TokenEngine(lambda pid, j: 2 + (2 * pid + 3 * j) % 12, correct=lambda x, j: j % 2 == 1,
+                                      hidden=lambda x, j, k: torch.tensor([j % 2, x / 6, 1.0])), 3)
+    assert again == out

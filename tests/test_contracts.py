@@ -19,7 +19,7 @@ from test_engine_policy import no_eos, tiny_policy
 N = 40
 RATES = {i: [0.0, 1.0, 0.5, 0.25, 0.125, 0.875, 1 / 3, 0.75][i % 8] for i in range(N)}
 PLANNERS = [e.name for e in registry.entries("planner")] + ["greso+ar3po", "prompt-replay+dapo", "cdas+dars",
-                                                             "ar3po+spec-rl", "ar3po+arrol"]
+                                                             "ar3po+spec-rl", "ar3po+arrol", "arrol+duet-abort"]
 
 
 def prompt_stats(texts):

@@ -49,8 +49,10 @@ survivors. The target correct ratio rho = 0.5 is from a summary [SEC]. Everythin
     arrol/decided (requests that reached the checkpoint), arrol/explored, arrol/labels, arrol/precision,
     arrol/recall, arrol/auc (each figure only when defined).
   * Needs in-flight control with hidden states (the torch engine); refused by name by the vLLM engine,
-    the simulator, async mode and host trainers (TRL, verl); does not compose with partial rollouts,
-    speculation (SPEC-RL) or another in-flight component (DUET's abort).
+    the simulator, async mode and host trainers (TRL, verl); does not compose with partial rollouts or
+    speculation (SPEC-RL). It composes with DUET's abort (`arrol+duet-abort`, control/base.py Watchers):
+    both watch every row; a row DUET prunes before the checkpoint does not fill a slot, and DUET's gate
+    goes on watching ARRoL's survivors, so a group may end with fewer than G rows [INF].
 
 Defaults [INF; the paper's N/G, L_p and head are unknown]: ratio = 2 (the embedded n = 8 starts 16),
 prune_at = 32 tokens, rho = 0.5 [SEC], a logistic probe (lr 0.5, l2 1e-3, 20 steps per training step,
@@ -233,7 +235,14 @@ class PruneGate:
                  key: tuple = ()):
         self.rule, self.requests, self.targets, self.metrics, self.key = rule, requests, targets, metrics, key
         self.decided: set[int] = set()
+        self.pruned_elsewhere: dict[int, set[int]] = {}  # request index -> samples another watcher pruned
         self._count("arrol/rows", sum(r.n for r, G in zip(requests, targets) if G is not None))
+
+    def ended_elsewhere(self, i: int, j: int, action: str) -> None:
+        """Another in-flight component (composed: `arrol+duet-abort`) ended sample j of request i. A pruned
+        sample does not fill one of the G slots; a stopped one (its answer is in) does, like a finished one."""
+        if action == "pruned":
+            self.pruned_elsewhere.setdefault(i, set()).add(j)
 
     def __call__(self, running: dict) -> list[Decision]:
         out = []
@@ -243,7 +252,7 @@ class PruneGate:
             live = [(j, s) for j, s in enumerate(samples) if s is not None]
             if live and min(len(toks) for _, (toks, _) in live) >= self.rule.prune_at:
                 self.decided.add(i)
-                out += self.decide(i, live, len(samples) - len(live))
+                out += self.decide(i, live, len(samples) - len(live) - len(self.pruned_elsewhere.get(i, ())))
         return out
 
     def decide(self, i: int, live: list, finished: int) -> list[Decision]:

@@ -207,6 +207,37 @@ class Wave:
     hidden: bool = False
 
 
+class Watchers:
+    """Several in-flight components over one wave (`arrol+duet-abort`), each seeing what it would see
+    alone. In spec order, each watcher is shown the samples still running; once one ends a sample (stop
+    or prune), later watchers see it as ended, and every watcher that has `ended_elsewhere(index,
+    sample, action)` is told, so that ARRoL does not count a sample DUET pruned as one that finished.
+    A watcher without `hidden` gets each sample's tokens only. "keep" decisions (weights, meta) of all of
+    them reach the sample."""
+
+    def __init__(self, watches: list):
+        self.watches = watches
+        self.hidden = any(getattr(w, "hidden", False) for w in watches)
+
+    def __call__(self, running: dict) -> list[Decision]:
+        out: list[Decision] = []
+        ended: set[tuple[int, int]] = set()
+        for w in self.watches:
+            strip = self.hidden and not getattr(w, "hidden", False)
+            view = {i: [None if s is None or (i, j) in ended else (s[0] if strip else s) for j, s in enumerate(samples)]
+                    for i, samples in running.items()}
+            for d in w(view):
+                if (d.index, d.sample) in ended:
+                    continue
+                out.append(d)
+                if d.action != "keep":
+                    ended.add((d.index, d.sample))
+                    for other in self.watches:
+                        if other is not w and hasattr(other, "ended_elsewhere"):
+                            other.ended_elsewhere(d.index, d.sample, d.action)
+        return out
+
+
 class Planner:
     """Runs a list of components through one step. See the module docstring for the hook order."""
 
@@ -229,10 +260,9 @@ class Planner:
             raise ValueError(f"planner {self.name!r}: partial rollouts do not compose with staged allocation "
                              "(a later stage would need rows that are still being generated)")
         self.inflight = [c for c in components if c.needs_inflight]
-        if len(self.inflight) > 1 or (self.inflight and partial):
-            raise ValueError(f"planner {self.name!r}: an in-flight component ({self.inflight[0].name}) composes "
-                             "with neither another one nor partial rollouts (a resumed row would lose its "
-                             "in-flight state)")
+        if self.inflight and partial:
+            raise ValueError(f"planner {self.name!r}: an in-flight component ({self.inflight[0].name}) does not "
+                             "compose with partial rollouts (a resumed row would lose its in-flight state)")
         speculators = [c for c in components if type(c).speculate is not Component.speculate]
         if len(speculators) > 1 or (speculators and partial):
             raise ValueError(f"planner {self.name!r}: {speculators[0].name} composes with neither another "
@@ -359,9 +389,13 @@ class Planner:
         return (yield from self._more(list(ctx.groups.values()), ctx))
 
     def _watched(self, requests: list[Request], ctx: StepContext):
-        """Train requests as a Wave with the in-flight component's watcher, if there is one."""
-        watch = self.inflight[0].watch(requests, ctx) if self.inflight and requests else None
-        return requests if watch is None else Wave(requests, watch=watch, hidden=bool(getattr(watch, "hidden", False)))
+        """Train requests as a Wave with the in-flight components' watcher, if there is one (several are
+        joined into one, in spec order: Watchers)."""
+        watches = [w for w in (c.watch(requests, ctx) for c in self.inflight) if w is not None] if requests else []
+        if not watches:
+            return requests
+        watch = watches[0] if len(watches) == 1 else Watchers(watches)
+        return Wave(requests, watch=watch, hidden=bool(getattr(watch, "hidden", False)))
 
     def _round(self, requests: list[Request], ctx: StepContext):
         """Generate one round of train requests: one scored Group per request, in order."""

@@ -49,7 +49,8 @@ weight 1/q and everything below marked [INF])::
     h_abort for the task's response lengths; on 5-token arithmetic answers the gate never fires).
   * Needs an engine with in-flight control of single samples (peek/stop: the torch engine); refused by
     the vLLM engine, the simulator and host trainers (TRL, verl); does not compose with partial
-    rollouts (a resumed row would lose its gate decision).
+    rollouts (a resumed row would lose its gate decision). Composes with ARRoL (`arrol+duet-abort`): the
+    gate watches every row ARRoL has not pruned.
 """
 from __future__ import annotations
 
