@@ -13,7 +13,8 @@ the tuning seeds; the default stays unless a variant beats it there. Writes
 benchmarks/results/generate3_tune.{json,md}.
 
 `confirm` runs the chosen variants (by default the `tune` record's picks, less the defaults already
-recorded on the reported seeds) on seeds 0-7, where GRPO and the defaults were recorded (`benchmarks/results/generate3_8seeds`). GRPO's
+recorded on the reported seeds; `--variants greso,dapo` runs the selection-only planners at their defaults)
+on seeds 0-7, where GRPO and the defaults were recorded (`benchmarks/results/generate3_8seeds`). GRPO's
 recorded runs are reused only when their config equals the one this bench would run (checked field by
 field); then the chosen variants are benched against them. Writes benchmarks/results/generate3_confirm.{json,md}.
 
@@ -57,6 +58,9 @@ VARIANTS = {
     "spec-rl l1": ("spec-rl", "spec-rl", {"planner_options.spec-rl.lenience": math.e}),
     "spec-rl l2": ("spec-rl", "spec-rl", {"planner_options.spec-rl.lenience": math.e ** 2}),
 }
+# selection-only planners at their defaults, for `confirm` only (not tuned): the issue's "best selection-only
+# planner" on task 2, beside AR3PO (recorded at 5 seeds in generate3_chain)
+SELECTION = {"greso": ("selection", "greso", {}), "dapo": ("selection", "dapo", {})}
 GRPO_RECORD = RESULTS / "generate3_8seeds"
 # defaults already on the reported seeds: duet-abort and arrol at 8 (generate3_8seeds), spec-rl at 5 (generate3_chain)
 RECORDED = {"duet-abort", "arrol", "spec-rl"}
@@ -149,7 +153,7 @@ def table(results: dict) -> list[str]:
              "tokens-to-target [95% CI] | steps | pruned share of decoded | its own figures |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for name, r in results.items():
-        _, spec, sets = VARIANTS[name]
+        _, spec, sets = {**VARIANTS, **SELECTION}[name]
         opts = ", ".join(f"{k.split('.')[-1]}={v:.3g}" if isinstance(v, float) else f"{k.split('.')[-1]}={v}"
                          for k, v in sets.items()) or "defaults"
         own = []
@@ -225,11 +229,13 @@ def confirm(args) -> int:
     else:
         tuned = json.loads((RESULTS / "generate3_tune.json").read_text())
         names = [v for v in tuned["picks"].values() if v not in RECORDED]
-    bad = [n for n in names if n not in VARIANTS]
+    known = {**VARIANTS, **SELECTION}
+    bad = [n for n in names if n not in known]
     if bad:
-        raise SystemExit(f"unknown variant {bad[0]!r}; known: {', '.join(VARIANTS)}")
+        raise SystemExit(f"unknown variant {bad[0]!r}; known: {', '.join(known)}")
+
     def one(name: str) -> dict:
-        _, spec, sets = VARIANTS[name]
+        _, spec, sets = known[name]
         d = out / slug(name)
         grpo_settings_match(GRPO_RECORD, d, seeds)
         return figures(d, bench(d, spec, sets, args.seeds, 0, 1 if len(names) > 1 else args.jobs,
@@ -238,12 +244,13 @@ def confirm(args) -> int:
     results = run_variants(names, one, args.jobs)
     rec = {"command": "python benchmarks/generate3_tune.py " + " ".join(sys.argv[1:]), "seeds": seeds,
            "grpo_from": str(GRPO_RECORD.relative_to(ROOT)), "results": results}
-    (RESULTS / "generate3_confirm.json").write_text(json.dumps(rec, indent=2))
-    md = ["# The tuned settings on the reported seeds (task 2)", "", f"Command: `{rec['command']}`", "",
+    (RESULTS / f"{args.record}.json").write_text(json.dumps(rec, indent=2))
+    md = [f"# {'Selection-only planners' if set(names) <= set(SELECTION) else 'The tuned settings'} on the reported "
+          "seeds (task 2)", "", f"Command: `{rec['command']}`", "",
           f"Seeds 0–{seeds[-1]}, paired with GRPO's recorded runs in `{rec['grpo_from']}` (reused after checking "
           "that their configs equal this bench's). The defaults' figures on the same seeds are in that record.", ""]
     md += table(results)
-    (RESULTS / "generate3_confirm.md").write_text("\n".join(md) + "\n")
+    (RESULTS / f"{args.record}.md").write_text("\n".join(md) + "\n")
     print("\n".join(md))
     return 0
 
@@ -256,6 +263,8 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", default="bench-generate3-tune")
     ap.add_argument("--variants", help="confirm: comma-separated variant names (default: the tune record's picks)")
+    ap.add_argument("--record", default="generate3_confirm",
+                    help="confirm: the record's name in benchmarks/results (.json, .md)")
     ap.add_argument("--report-only", action="store_true", help="tabulate finished runs only")
     args = ap.parse_args()
     if args.stage == "tune":

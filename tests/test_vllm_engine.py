@@ -195,6 +195,12 @@ def test_abort_returns_partials_and_a_prefix_resumes_them():
     assert r.versions_T.tolist() == [1] * k + [2] * (16 - k) and r.policy_version == 1
     assert out[0].prompt_tokens == len(p.prompt_ids) + k
     assert mismatch(pol, [r], 1.0)["max_abs"] < LOGPROB_TOL  # same weights under both versions here
+    # the resumed row carries its prefix and counts only its new tokens (the prefix was charged already)
+    assert r.meta["prefix"] is p and r.tokens_by_kind() == {"decoded": 16 - k}
+    # a segment budget: the row stops after 4 tokens as a partial to resume, not as a finished "length"
+    (e,) = run_sync(eng, [Request(PROMPTS[0], 1, id=6, sampling=SamplingParams(segment_tokens=4))])
+    seg = e.group.rollouts[0]
+    assert (seg.num_tokens, seg.finish_reason, seg.status) == (4, "budget", "partial")
 
 
 def test_weight_update_changes_outputs_to_the_new_policys(restore_weights):
@@ -279,6 +285,45 @@ def test_gpu_weight_transfer_refuses_a_cpu_learner(tmp_path):
     rt.policy, rt.weight_sync, rt.sync_options, rt._sender = pol, "ipc", {}, None
     with pytest.raises(ValueError, match="learner on a GPU"):
         rt._transfer_engine()
+
+
+def test_treepo_branches_continue_their_parents_on_vllm():
+    """TreePO on vLLM (a branch is a Request with its parent node as prefix; vLLM's prefix cache holds the
+    parent's KV): every prompt ends with n leaves, a leaf holds its ancestors' tokens and log-probs, the
+    ledger charges each node's tokens once (shared ones as kind "shared"), and a leaf's behaviour
+    log-probs, made segment by segment, match the learner's full forward over the whole leaf."""
+    import numpy as np
+
+    from rollwise.control.base import StepContext, build_planner
+    from rollwise.core.history import PromptHistory
+    from rollwise.core.ledger import Ledger
+    from rollwise.run.driver import StepDriver
+
+    pol, _ = shared_policy()
+    eng = vllm_engine(max_new_tokens=12)
+    ctx = StepContext(0, 3, 4, PROMPTS, PromptHistory(3), Ledger(), np.random.default_rng(0))
+    planner = build_planner("treepo", 3, ctx.rng, {"treepo": {"segment_tokens": 4}})
+    out = StepDriver(eng, ctx.ledger, ctx.history).collect(planner, ctx, eng.version)
+    groups = out.batch.groups
+    assert len(groups) == 3 and all(g.n == 4 for g in groups)
+    leaves = [r for g in groups for r in g.rollouts]
+    decoded = {}
+    for r in leaves:
+        node = r
+        while node is not None:
+            pre = node.meta.get("prefix")
+            if pre is not None:
+                k = pre.num_tokens
+                assert torch.equal(node.token_ids_T[:k], pre.token_ids_T) and torch.equal(node.logprobs_T[:k], pre.logprobs_T)
+            decoded[id(node)] = node.num_tokens - (pre.num_tokens if pre is not None else 0)
+            node = pre
+    led = ctx.ledger
+    assert led.count(kind="shared") > 0 and led.count(kind="shared") + led.count(kind="decoded") == sum(decoded.values())
+    assert led.count(fate="open") == 0 and led.count_rollouts() == len(leaves)
+    assert ctx.metrics["treepo/waves"] >= 2  # at least one segment boundary was branched at
+    lp, _, mask = learner_logprobs(pol, leaves, 1.0)
+    mu = torch.nn.utils.rnn.pad_sequence([r.logprobs_T for r in leaves], batch_first=True)
+    assert float(((mu - lp) * mask).abs().max()) < LOGPROB_TOL
 
 
 def test_rollwise_train_with_vllm_and_a_correction(tmp_path):

@@ -24,8 +24,8 @@ rollwise's choices [INF]:
     resumed partial rollout): its rollout holds prompt + every ancestor's segments + its own, with each
     token's behaviour log-prob and policy version, so a leaf trains as a full sequence. The torch
     engine prefills prompt + prefix again for every branch (charged as prompt tokens, prefill, not
-    decode); it does not share the parent's KV cache. The vLLM engine's prefix caching would reuse it
-    (treepo has not been run on vLLM here).
+    decode); it does not share the parent's KV cache. On the vLLM engine (tested on its CPU build:
+    tests/test_vllm_engine.py) prefix caching can serve the parent's whole KV blocks instead.
   * the paper's budget subtracts the paths still queued; waves here are synchronous (every path of a
     wave is back before the next), so none is.
   * not implemented: the repetition detector and the "boxed answer" stop (a branch stops at EOS, at the

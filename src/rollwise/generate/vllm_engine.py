@@ -19,6 +19,11 @@ What it maps, and how:
     which planners that read entropy (DEPO, E3) must not be run with.
   * Stop: at the tokenizer's EOS (`stop_token_ids`; the model's generation_config is not applied, as the
     torch engine ignores it too) or at max tokens. The EOS token is part of the response, as there.
+  * Segments: a request's `sampling.segment_tokens` caps what it generates now; a row that stops there
+    comes back as a partial (finish "budget", status "partial") to resume with `prefix=`, as in the torch
+    engine. TreePO's branches and APRIL's segment budget use it. A resumed row's prompt + prefix can hit
+    vLLM's prefix cache (whole KV blocks still cached), so a branch need not recompute its parent's KV;
+    how often it does was not measured here.
   * poll(max_steps): one vLLM engine step per step (about one token per running sequence), outputs
     streamed as deltas, so a caller can act between tokens. abort(ids) stops those requests in vLLM and
     returns what was generated so far (status "aborted"); a sample aborted before its first token is
@@ -213,8 +218,9 @@ class VLLMRuntime:
 class _Live:
     """One submitted request: its context, limits and the per-sample buffers filled from vLLM's deltas."""
 
-    def __init__(self, req: Request, prompt_ids: list[int], prefix: list[int], limit: int, params):
+    def __init__(self, req: Request, prompt_ids: list[int], prefix: list[int], limit: int, params, full: int):
         self.req, self.prompt_ids, self.prefix, self.limit = req, prompt_ids, prefix, limit
+        self.full = full  # the request's whole token budget; `limit` is less with a segment budget
         self.temperature, self.top_p = params[0], params[1]
         # vLLM refuses greedy with n > 1: greedy samples are identical, so one is drawn and copied
         n = self.drawn = 1 if self.temperature == 0 and req.n > 1 else req.n
@@ -304,7 +310,9 @@ class VLLMEngine:
             if room < 1 and r.n > 0 and m - len(prefix) > 0:
                 raise ValueError(f"prompt of {len(ctx)} tokens leaves no room to generate "
                                  f"(vLLM max_model_len {self.rt.max_model_len})")
-            live = _Live(r, prompt_ids, prefix, max(0, min(m - len(prefix), room)), (t, p))
+            whole = max(0, min(m - len(prefix), room))
+            seg = r.sampling.segment_tokens  # a segment budget stops a row earlier, as a partial to resume
+            live = _Live(r, prompt_ids, prefix, whole if seg is None else min(whole, max(int(seg), 1)), (t, p), whole)
             if r.n == 0 or live.limit == 0:
                 live.reason = ["length"] * live.drawn
                 self._ready.append(self._finished(live))
@@ -389,7 +397,10 @@ class VLLMEngine:
                     top = [lp.logprob for lp in lps.values() if lp.rank is not None and lp.rank <= k]
                     live.entropy[i].append(-sum(math.exp(x) * x for x in top if x > -math.inf))
             if c.finish_reason is not None:
-                live.reason[i] = "eos" if c.finish_reason == "stop" else c.finish_reason
+                reason = "eos" if c.finish_reason == "stop" else c.finish_reason
+                if reason == "length" and len(live.tokens[i]) < live.full:  # its segment, not its budget, is spent
+                    reason = "budget"
+                live.reason[i] = reason
 
     def _finished(self, live: _Live) -> Finished:
         req = live.req
@@ -429,9 +440,13 @@ class VLLMEngine:
         version = vers[0] if vers else self.version
         ents = torch.tensor(live.entropy[i], dtype=torch.float32) if self.entropy_topk else None
         reason = live.reason[i]
-        status = "aborted" if reason == "aborted" else "done"
+        status = {"aborted": "aborted", "budget": "partial"}.get(reason, "done")
         pre = req.prefix
+        meta = {}
         if pre is not None:  # a resumed partial: the prefix's tokens come first, with their versions
+            # the prefix was charged when it was generated: this rollout adds only its new tokens (and
+            # carries the prefix, whose fate follows it: Group.move)
+            meta = {"prefix": pre, "tokens_by_kind": {"decoded": len(toks)}}
             pv = pre.versions_T if pre.versions_T is not None else torch.full((pre.num_tokens,), pre.policy_version)
             versions = torch.cat([pv, versions if versions is not None else torch.full((len(toks),), version)])
             toks, lps = torch.cat([pre.token_ids_T, toks]), torch.cat([pre.logprobs_T, lps])
@@ -447,7 +462,7 @@ class VLLMEngine:
             prompt_id=req.prompt.id, prompt_ids=live.prompt_ids, token_ids_T=toks, logprobs_T=lps,
             text=pol.decode(toks.tolist()), finish_reason=reason, policy_version=version, purpose=req.purpose,
             entropy=ent_mean, status=status, temperature=t if t > 0 else 1.0, entropy_T=ents,
-            versions_T=versions)
+            versions_T=versions, meta=meta)
 
 
 def _prefix_entropy(pre: Rollout) -> torch.Tensor:
