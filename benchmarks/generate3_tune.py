@@ -23,7 +23,8 @@ Knobs (each documented in the component's docstring and tagged there; nothing el
     past the gate); `duet+duet-abort` is DUET as the paper states it, both halves.
   * arrol: ratio [INF] (rows started per row kept), prune_at [INF] (the checkpoint, in tokens).
   * spec-rl: lenience [CODE] (the paper's ablation range e^0..e^2; e^0.5 is its recommendation).
-  * arrol+duet-abort: the two components that were ahead of GRPO alone, composed, at their defaults.
+  * arrol+duet-abort: the two components that were ahead of GRPO alone, composed, at their defaults, and
+    (added after the first pass had picked ARRoL's ratio 3) with each half at its pick.
 """
 from __future__ import annotations
 
@@ -54,6 +55,8 @@ VARIANTS = {
     "arrol p16": ("arrol", "arrol", {"planner_options.arrol.prune_at": 16}),
     "arrol p64": ("arrol", "arrol", {"planner_options.arrol.prune_at": 64}),
     "arrol+duet-abort": ("arrol+duet-abort", "arrol+duet-abort", {}),  # the two that were ahead alone, composed
+    # added after the first tuning pass: the composition with each half at its pick (ARRoL's ratio 3)
+    "arrol r3+duet-abort": ("arrol+duet-abort", "arrol+duet-abort", {"planner_options.arrol.ratio": 3.0}),
     "spec-rl": ("spec-rl", "spec-rl", {}),
     "spec-rl l1": ("spec-rl", "spec-rl", {"planner_options.spec-rl.lenience": math.e}),
     "spec-rl l2": ("spec-rl", "spec-rl", {"planner_options.spec-rl.lenience": math.e ** 2}),
