@@ -13,8 +13,8 @@ the tuning seeds; the default stays unless a variant beats it there. Writes
 benchmarks/results/generate3_tune.{json,md}.
 
 `confirm` runs the chosen variants (by default the `tune` record's picks, less the defaults already
-recorded on the reported seeds; `--variants greso,dapo` runs the selection-only planners at their defaults)
-on seeds 0-7, where GRPO and the defaults were recorded (`benchmarks/results/generate3_8seeds`). GRPO's
+recorded on the reported seeds; `--variants greso,dapo,greso+ar3po --record generate3_selection` runs the
+selection-only planners at their defaults) on seeds 0-7, where GRPO and the defaults were recorded (`benchmarks/results/generate3_8seeds`). GRPO's
 recorded runs are reused only when their config equals the one this bench would run (checked field by
 field); then the chosen variants are benched against them. Writes benchmarks/results/generate3_confirm.{json,md}.
 
@@ -63,7 +63,9 @@ VARIANTS = {
 }
 # selection-only planners at their defaults, for `confirm` only (not tuned): the issue's "best selection-only
 # planner" on task 2, beside AR3PO (recorded at 5 seeds in generate3_chain)
-SELECTION = {"greso": ("selection", "greso", {}), "dapo": ("selection", "dapo", {})}
+# selection-only planners at their defaults; greso+ar3po is the best planner on task 1
+SELECTION = {"greso": ("selection", "greso", {}), "dapo": ("selection", "dapo", {}),
+             "greso+ar3po": ("selection", "greso+ar3po", {})}
 GRPO_RECORD = RESULTS / "generate3_8seeds"
 # defaults already on the reported seeds: duet-abort and arrol at 8 (generate3_8seeds), spec-rl at 5 (generate3_chain)
 RECORDED = {"duet-abort", "arrol", "spec-rl"}
