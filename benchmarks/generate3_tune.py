@@ -14,9 +14,9 @@ benchmarks/results/generate3_tune.{json,md}.
 
 `confirm` runs the chosen variants (by default the `tune` record's picks, less the defaults already
 recorded on the reported seeds; `--variants greso,dapo,greso+ar3po --record generate3_selection` runs the
-selection-only planners at their defaults) on seeds 0-7, where GRPO and the defaults were recorded (`benchmarks/results/generate3_8seeds`). GRPO's
-recorded runs are reused only when their config equals the one this bench would run (checked field by
-field); then the chosen variants are benched against them. Writes benchmarks/results/generate3_confirm.{json,md}.
+selection-only planners at their defaults) on seeds 0-7, where GRPO and the defaults were recorded
+(`benchmarks/results/generate3_8seeds`). GRPO's recorded runs are reused only when their config equals the
+one this bench would run (checked field by field); then the chosen variants are benched against them. Writes benchmarks/results/generate3_confirm.{json,md}.
 
 Knobs (each documented in the component's docstring and tagged there; nothing else is changed):
   * duet-abort: h_abort [INF] (the length gate, set for the task's lengths), q [SEC] (keep probability
