@@ -23,9 +23,11 @@ rollwise's choices [INF]:
   * a branch is a Request of one row that continues its parent node's tokens (Request.prefix, as a
     resumed partial rollout): its rollout holds prompt + every ancestor's segments + its own, with each
     token's behaviour log-prob and policy version, so a leaf trains as a full sequence. The torch
-    engine prefills prompt + prefix again for every branch (charged as prompt tokens, prefill, not
-    decode); it does not share the parent's KV cache. On the vLLM engine (tested on its CPU build:
-    tests/test_vllm_engine.py) prefix caching can serve the parent's whole KV blocks instead.
+    engine keeps the KV of a row its segment stopped, and every branch of that node starts from it,
+    prefilling one token (generate/torch_engine.py, PrefixKV; `engine_options.prefix_kv_rows=0`
+    re-prefills prompt + prefix per branch instead, charged as prompt tokens, not decode). On the vLLM
+    engine (tested on its CPU build: tests/test_vllm_engine.py) prefix caching can serve the parent's
+    whole KV blocks.
   * the paper's budget subtracts the paths still queued; waves here are synchronous (every path of a
     wave is back before the next), so none is.
   * not implemented: the repetition detector and the "boxed answer" stop (a branch stops at EOS, at the

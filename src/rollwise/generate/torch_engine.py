@@ -15,10 +15,21 @@ stop single samples, the Engine protocol's optional in-flight control; requests 
 requests are decoded in chunks of at most `max_rows` rows (whole requests), one chunk after the other,
 in submission order; the random stream is therefore the same however often the caller polls.
 
+A row that its segment budget stops (a partial rollout, status "partial") leaves its KV cache in a small
+store (`PrefixKV`, at most `prefix_kv_rows` rows). A request that continues that very rollout right away
+(TreePO's branches: several children of one node) starts from it and prefills only the row's last token,
+instead of prompt + prefix again: the prefix's KV is computed once and shared by every branch. Entries of
+an older policy version are never used (a weight update empties the store), so a checkpoint, taken
+between steps, never needs them. `prefix_kv_rows=0` turns this off (every continuation re-prefills).
+
 Device: the decode state (KV cache, buffers, the sampling generator) lives on the policy's device;
 what leaves the engine (rollouts, peeked tokens and hidden states) is on the CPU.
 """
 from __future__ import annotations
+
+import weakref
+from collections import OrderedDict
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -33,9 +44,9 @@ class TorchEngine:
     hidden_states = True  # submit(..., hidden=True) / peek(..., hidden=True): the optional hidden-state output
 
     def __init__(self, policy, temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 16,
-                 seed: int = 0, max_rows: int = 1024):
-        if not temperature >= 0 or not 0 < top_p <= 1 or max_new_tokens < 1:
-            raise ValueError("engine: need temperature >= 0, 0 < top_p <= 1, max_new_tokens >= 1")
+                 seed: int = 0, max_rows: int = 1024, prefix_kv_rows: int = 256):
+        if not temperature >= 0 or not 0 < top_p <= 1 or max_new_tokens < 1 or prefix_kv_rows < 0:
+            raise ValueError("engine: need temperature >= 0, 0 < top_p <= 1, max_new_tokens >= 1, prefix_kv_rows >= 0")
         self.policy, self.temperature, self.top_p = policy, temperature, top_p
         self.max_new_tokens, self.max_rows = max_new_tokens, max_rows
         # on the device that samples (a policy without a device, a test double, is on the CPU)
@@ -44,6 +55,7 @@ class TorchEngine:
         self._queue: list[Request] = []
         self._state: DecodeState | None = None
         self._hidden: set[int] = set()  # ids of requests whose decode state keeps hidden states
+        self.prefix_kv = PrefixKV(prefix_kv_rows)
 
     @classmethod
     def for_policy(cls, policy, **kwargs) -> "TorchEngine":
@@ -129,6 +141,8 @@ class TorchEngine:
     def update_weights(self, version: int, state_dict=None) -> None:
         if state_dict is not None:  # the learner's policy is shared in memory unless weights are sent
             self.policy.model.load_state_dict(state_dict)
+        if state_dict is not None or int(version) != self.version:
+            self.prefix_kv.clear()  # KV computed by other weights
         self.version = int(version)
 
     # ---- helpers -------------------------------------------------------------------------
@@ -142,6 +156,48 @@ class TorchEngine:
 
     def params(self, req: Request) -> tuple[float, float, int]:
         return request_params(req, self.temperature, self.top_p, self.max_new_tokens)
+
+
+@dataclass
+class KVEntry:
+    """The KV of one stopped row: per layer (keys, values) [heads, L, head_dim] for its L = context +
+    response - 1 tokens (the last sampled token was never fed), under policy `version`."""
+
+    layers: list
+    length: int
+    version: int
+
+
+class PrefixKV:
+    """KV of rows stopped by their segment budget, keyed by the rollout that came back for the row (the
+    object a continuing Request carries as its prefix). At most `rows` entries, the oldest dropped first."""
+
+    def __init__(self, rows: int):
+        self.rows = int(rows)
+        self._entries: OrderedDict[int, tuple] = OrderedDict()  # id(rollout) -> (weakref to it, KVEntry)
+        self.hits = self.reused_tokens = 0  # continuations served, and prefill tokens they skipped
+
+    def put(self, rollout: Rollout, entry: KVEntry) -> None:
+        key = id(rollout)
+        self._entries.pop(key, None)
+        self._entries[key] = (weakref.ref(rollout), entry)
+        while len(self._entries) > self.rows:
+            self._entries.popitem(last=False)
+
+    def get(self, rollout: Rollout, version: int, length: int) -> KVEntry | None:
+        """The entry for this very rollout (not another object that reused its id), of this version and
+        covering exactly `length` tokens; else None."""
+        found = self._entries.get(id(rollout))
+        if found is None or found[0]() is not rollout or found[1].version != version or found[1].length != length:
+            return None
+        self._entries.move_to_end(id(rollout))
+        return found[1]
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
 
 class DecodeState:
@@ -196,20 +252,37 @@ class DecodeState:
         self.t = 0
         self.keep_hidden = any(r.id in engine._hidden for r in requests)
         self.last_hidden = None  # h_BD of the running rows at their last token (keep_hidden only)
+        self.kept_kv: dict[int, list] = {}  # row -> its KV, for the rows a segment budget stopped
+        self.context_len = [len(contexts[u]) for u in row_src.tolist()]
+        self.prompt_tokens = [len(c) for c in contexts]  # prefilled per request (fewer where KV is kept)
         self.active = torch.arange(R, device=dev)[~self.finished]
         if len(self.active) == 0:
+            self.prompt_tokens = [0] * U  # nothing to generate: nothing prefilled
             return
+        # a continuation of a rollout whose KV is kept starts from it: only its last token is prefilled
+        hits = [engine.prefix_kv.get(r.prefix, self.version, len(c) - 1) if r.prefix is not None and r.n else None
+                for r, c in zip(requests, contexts)]
+        past = [e.length if e is not None else 0 for e in hits]
+        tails = [c[p:] for c, p in zip(contexts, past)]
         # prefill every distinct context once (left padding: every context ends at column Lp - 1)
-        Lp = max(len(c) for c in contexts)
+        Lp = max(len(c) for c in tails)
         ids_UL = torch.full((U, Lp), pol.pad_id, dtype=torch.long, device="cpu")
         mask_UL = torch.zeros((U, Lp), dtype=torch.long, device="cpu")
-        for i, c in enumerate(contexts):  # built on the CPU, moved once
+        for i, c in enumerate(tails):  # built on the CPU, moved once
             ids_UL[i, Lp - len(c):] = torch.tensor(c, dtype=torch.long, device="cpu")
             mask_UL[i, Lp - len(c):] = 1
         ids_UL, mask_UL = ids_UL.to(dev), mask_UL.to(dev)
-        pos_UL = (mask_UL.cumsum(1) - 1).clamp(min=0)
+        past_U = torch.tensor(past, dtype=torch.long, device=dev)
+        pos_UL = (mask_UL.cumsum(1) - 1).clamp(min=0) + past_U.unsqueeze(1)
+        cache = None
+        if any(e is not None for e in hits):  # the kept KV, left-padded to the longest, before the tails
+            cache, kv_mask = self._kept_cache(hits, max(past))
+            mask_UL = torch.cat([kv_mask, mask_UL], dim=1)
+            engine.prefix_kv.hits += sum(e is not None for e in hits)
+            engine.prefix_kv.reused_tokens += sum(past)
+            self.prompt_tokens = [len(c) for c in tails]
         with torch.no_grad():
-            logits, cache, h = self._forward(ids_UL, mask_UL, pos_UL, None)
+            logits, cache, h = self._forward(ids_UL, mask_UL, pos_UL, cache)
         src = row_src[self.active]
         self.cache = pol.select_cache(cache, src)
         self.last_logits = logits[src, -1]
@@ -217,7 +290,36 @@ class DecodeState:
             self.last_hidden = h[src, -1]
         self.key_mask = mask_UL[src]
         self.pos = pos_UL[src, -1] + 1
-        self.prompt_tokens = [len(c) for c in contexts]
+
+    def _kept_cache(self, hits: list, S: int):
+        """A cache of U rows holding each hit's kept KV right-aligned in S columns (zeros and key mask 0
+        elsewhere), and that key mask [U, S]."""
+        first = next(e for e in hits if e is not None)
+        layers = []
+        for li, (k0, v0) in enumerate(first.layers):
+            K = k0.new_zeros((len(hits), k0.shape[0], S, k0.shape[2]))
+            V = v0.new_zeros((len(hits), v0.shape[0], S, v0.shape[2]))
+            for u, e in enumerate(hits):
+                if e is not None:
+                    K[u, :, S - e.length:], V[u, :, S - e.length:] = e.layers[li]
+            layers.append((K, V))
+        mask = torch.zeros((len(hits), S), dtype=torch.long, device=self.dev)
+        for u, e in enumerate(hits):
+            if e is not None:
+                mask[u, S - e.length:] = 1
+        return self.pol.make_cache(layers), mask
+
+    def _keep_kv(self, sel: torch.Tensor, act: torch.Tensor) -> None:
+        """Copy out the KV of the running rows `sel` (a mask over `act`) before they leave the batch."""
+        idx = sel.nonzero().squeeze(-1).tolist()
+        if not idx:
+            return
+        layers = self.pol.cache_layers(self.cache)
+        if layers is None:  # a cache whose rows cannot be moved (sliding window): continuations re-prefill
+            return
+        for j in idx:
+            real = self.key_mask[j].bool()
+            self.kept_kv[int(act[j])] = [(k[j][:, real].clone(), v[j][:, real].clone()) for k, v in layers]
 
     @property
     def done(self) -> bool:
@@ -236,6 +338,8 @@ class DecodeState:
         self.hit_eos[act[eos]] = True
         done = eos | (self.length[act] >= self.limit[act])
         self.t += 1
+        if self.engine.prefix_kv.rows:  # rows their segment budget stops keep their KV for a continuation
+            self._keep_kv(done & ~eos & (self.length[act] < self.full_limit[act]), act)
         if done.all():
             self.finished[act] = True
             self.active = act[:0]
@@ -401,9 +505,13 @@ class DecodeState:
             # the prefix was charged when it was generated: this rollout adds only its k new tokens
             meta = {"prefix": pre, "tokens_by_kind": {"decoded": k}}
         t = self.engine.params(req)[0]
-        return Rollout(
+        out = Rollout(
             prompt_id=req.prompt.id, prompt_ids=self.prompt_ids[u], token_ids_T=toks, logprobs_T=lps,
             text=self.pol.decode(toks.tolist()), finish_reason=reason,
             policy_version=pre.policy_version if pre is not None else self.version, purpose=req.purpose,
             entropy=ent_mean, status=status, temperature=t if t > 0 else 1.0, entropy_T=ents,
             versions_T=versions, meta=meta)
+        kv = self.kept_kv.pop(row, None)
+        if kv is not None and status == "partial":
+            self.engine.prefix_kv.put(out, KVEntry(kv, self.context_len[row] + k - 1, self.version))
+        return out

@@ -120,6 +120,25 @@ class Policy:
         cache.batch_select_indices(index_B)
         return cache
 
+    def cache_layers(self, cache) -> list | None:
+        """The cache as per-layer (keys, values), each [B, heads, S, head_dim]; None when it is not plain
+        full attention (a sliding-window or otherwise special layer), whose KV cannot be moved between rows."""
+        if self.kind == "tiny":
+            return list(cache)
+        from transformers.cache_utils import DynamicLayer
+
+        if any(type(layer) is not DynamicLayer for layer in cache.layers):
+            return None
+        return [(layer.keys, layer.values) for layer in cache.layers]
+
+    def make_cache(self, layers: list):
+        """A cache holding these per-layer (keys, values), for `forward` to continue from."""
+        if self.kind == "tiny":
+            return list(layers)
+        from transformers import DynamicCache
+
+        return DynamicCache(ddp_cache_data=layers)
+
     def _right_padded(self, seqs: list[list[int]]):
         """ids and mask [B, L], right-padded, on the policy's device (built on the CPU, moved once)."""
         L = max(len(s) for s in seqs)
