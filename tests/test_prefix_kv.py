@@ -5,7 +5,7 @@ import gc
 import pytest
 import torch
 
-from rollwise.core.types import Prompt, Request, SamplingParams
+from rollwise.core.types import Request, SamplingParams
 from rollwise.generate.torch_engine import TorchEngine
 from rollwise.policy.policy import Policy
 from test_engine_policy import PROMPTS, generate, hf_checkpoint, no_eos, tiny_policy
