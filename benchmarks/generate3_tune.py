@@ -14,9 +14,11 @@ benchmarks/results/generate3_tune.{json,md}.
 
 `confirm` runs the chosen variants (by default the `tune` record's picks, less the defaults already
 recorded on the reported seeds; `--variants greso,dapo,greso+ar3po --record generate3_selection` runs the
-selection-only planners at their defaults) on seeds 0-7, where GRPO and the defaults were recorded
-(`benchmarks/results/generate3_8seeds`). GRPO's recorded runs are reused only when their config equals the
-one this bench would run (checked field by field); then the chosen variants are benched against them. Writes benchmarks/results/generate3_confirm.{json,md}.
+selection-only planners at their defaults, `--variants "greso+ar3po+arrol r3+duet-abort" --record
+generate3_composed` the tuned composition on top of them) on seeds 0-7, where GRPO and the defaults were
+recorded (`benchmarks/results/generate3_8seeds`). GRPO's recorded runs are reused only when their config
+equals the one this bench would run (checked field by field); then the chosen variants are benched against
+them. Writes benchmarks/results/generate3_confirm.{json,md} (or RECORD.{json,md}).
 
 Knobs (each documented in the component's docstring and tagged there; nothing else is changed):
   * duet-abort: h_abort [INF] (the length gate, set for the task's lengths), q [SEC] (keep probability
@@ -66,6 +68,9 @@ VARIANTS = {
 # selection-only planners at their defaults; greso+ar3po is the best planner on task 1
 SELECTION = {"greso": ("selection", "greso", {}), "dapo": ("selection", "dapo", {}),
              "greso+ar3po": ("selection", "greso+ar3po", {})}
+# the tuned in-flight composition on top of task 1's best planner (the issue's "composed with GRESO+AR3PO")
+COMPOSED = {"greso+ar3po+arrol r3+duet-abort": ("composition", "greso+ar3po+arrol+duet-abort",
+                                                {"planner_options.arrol.ratio": 3.0})}
 GRPO_RECORD = RESULTS / "generate3_8seeds"
 # defaults already on the reported seeds: duet-abort and arrol at 8 (generate3_8seeds), spec-rl at 5 (generate3_chain)
 RECORDED = {"duet-abort", "arrol", "spec-rl"}
@@ -158,7 +163,7 @@ def table(results: dict) -> list[str]:
              "tokens-to-target [95% CI] | steps | pruned share of decoded | its own figures |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for name, r in results.items():
-        _, spec, sets = {**VARIANTS, **SELECTION}[name]
+        _, spec, sets = {**VARIANTS, **SELECTION, **COMPOSED}[name]
         opts = ", ".join(f"{k.split('.')[-1]}={v:.3g}" if isinstance(v, float) else f"{k.split('.')[-1]}={v}"
                          for k, v in sets.items()) or "defaults"
         own = []
@@ -234,7 +239,7 @@ def confirm(args) -> int:
     else:
         tuned = json.loads((RESULTS / "generate3_tune.json").read_text())
         names = [v for v in tuned["picks"].values() if v not in RECORDED]
-    known = {**VARIANTS, **SELECTION}
+    known = {**VARIANTS, **SELECTION, **COMPOSED}
     bad = [n for n in names if n not in known]
     if bad:
         raise SystemExit(f"unknown variant {bad[0]!r}; known: {', '.join(known)}")
@@ -250,7 +255,9 @@ def confirm(args) -> int:
     rec = {"command": "python benchmarks/generate3_tune.py " + " ".join(sys.argv[1:]), "seeds": seeds,
            "grpo_from": str(GRPO_RECORD.relative_to(ROOT)), "results": results}
     (RESULTS / f"{args.record}.json").write_text(json.dumps(rec, indent=2))
-    md = [f"# {'Selection-only planners' if set(names) <= set(SELECTION) else 'The tuned settings'} on the reported "
+    title = ("Selection-only planners" if set(names) <= set(SELECTION) else
+             "The tuned in-flight composition on GRESO+AR3PO" if set(names) <= set(COMPOSED) else "The tuned settings")
+    md = [f"# {title} on the reported "
           "seeds (task 2)", "", f"Command: `{rec['command']}`", "",
           f"Seeds 0–{seeds[-1]}, paired with GRPO's recorded runs in `{rec['grpo_from']}` (reused after checking "
           "that their configs equal this bench's). The defaults' figures on the same seeds are in that record.", ""]
