@@ -10,13 +10,13 @@ from rollwise.generate.torch_engine import TorchEngine
 from rollwise.policy.policy import Policy
 from test_engine_policy import PROMPTS, generate, hf_checkpoint, no_eos, tiny_policy
 
-SEG = SamplingParams(max_tokens=12, segment_tokens=4)
+SEG = SamplingParams(max_tokens=12, segment_tokens=4, keep_kv=True)
 
 
 def branch(parent, k=1, segment=4):
     """A request continuing rollout `parent` (its prompt's)."""
     prompt = next(p for p in PROMPTS if p.id == parent.prompt_id)
-    return Request(prompt, k, sampling=SamplingParams(max_tokens=12, segment_tokens=segment), prefix=parent)
+    return Request(prompt, k, sampling=SamplingParams(max_tokens=12, segment_tokens=segment, keep_kv=True), prefix=parent)
 
 
 def tree(pol, kv_rows, temperature=0.0, seed=3):
@@ -101,11 +101,15 @@ def test_the_store_is_bounded_versioned_and_emptied_by_a_weight_update():
     assert all(ref() is None for ref, _ in eng.prefix_kv._entries.values())
 
 
-def test_rows_that_end_are_not_kept_and_a_resumed_aborted_row_prefills_its_context():
+def test_only_segment_stops_that_ask_are_kept():
     pol = tiny_policy()  # EOS allowed: rows that end by EOS or length are leaves, never continued
     eng = TorchEngine(pol, temperature=1.0, max_new_tokens=4, seed=0)
-    res, _ = generate(eng, [Request(PROMPTS[0], 8)])
+    res, _ = generate(eng, [Request(PROMPTS[0], 8, sampling=SamplingParams(keep_kv=True))])
     assert len(eng.prefix_kv) == 0 and all(r.status == "done" for r in res[0])
+    # a segment stop that does not ask (APRIL's partials: resumed after a weight update) keeps nothing
+    eng = TorchEngine(no_eos(tiny_policy()), temperature=1.0, max_new_tokens=12)
+    (rows,), _ = generate(eng, [Request(PROMPTS[0], 3, sampling=SamplingParams(max_tokens=12, segment_tokens=4))])
+    assert all(r.status == "partial" for r in rows) and len(eng.prefix_kv) == 0
     # an aborted partial (APRIL) keeps no KV: it resumes after a weight update, under other weights
     eng = TorchEngine(no_eos(tiny_policy()), temperature=1.0, max_new_tokens=12)
     r = Request(PROMPTS[0], 1)
@@ -119,3 +123,29 @@ def test_rows_that_end_are_not_kept_and_a_resumed_aborted_row_prefills_its_conte
 def test_option_is_checked():
     with pytest.raises(ValueError, match="prefix_kv_rows"):
         TorchEngine(tiny_policy(), prefix_kv_rows=-1)
+
+
+def test_treepo_asks_for_kept_kv_and_each_of_its_branches_starts_from_it():
+    import numpy as np
+
+    from rollwise.control.base import StepContext
+    from rollwise.control.treepo import TreePO
+    from rollwise.generate.engine import number, run_sync
+
+    eng = TorchEngine(no_eos(tiny_policy()), temperature=1.0, max_new_tokens=12, seed=0)
+    treepo = TreePO(segment_tokens=4, branch=2)
+    ctx = StepContext(step=0, batch_size=2, n=4, pool=PROMPTS, history=None, ledger=None, rng=np.random.default_rng(0))
+    treepo.begin_step(ctx)
+    hook = treepo.speculate([Request(p, 4, sampling=SamplingParams(max_tokens=12)) for p in PROMPTS[:2]], ctx)
+    branches = 0
+    try:
+        requests = next(hook)
+        while True:
+            branches += sum(r.prefix is not None for r in requests)
+            number(requests)
+            requests = hook.send([e.group for e in run_sync(eng, requests)])
+    except StopIteration as stop:
+        leaves = stop.value
+    # per prompt: 2 roots; 2 branches of each (4 paths); 1 branch of each of those, which ends at 12 tokens
+    assert [g.n for g in leaves] == [4, 4] and branches == 2 * (4 + 4)
+    assert eng.prefix_kv.hits == branches

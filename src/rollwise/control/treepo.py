@@ -178,7 +178,7 @@ class TreePO(Component):
         of `segment_tokens`, or the rest of the response at max_depth."""
         req = t.request
         seg = None if self.max_depth is not None and len(parent) + 1 >= self.max_depth else self.segment_tokens
-        sampling = replace(req.sampling, segment_tokens=seg)
+        sampling = replace(req.sampling, segment_tokens=seg, keep_kv=seg is not None)  # its branches follow at once
         return Request(req.prompt, k, req.purpose, sampling, prefix=t.nodes[parent] if parent else None)
 
     def state_dict(self) -> dict:

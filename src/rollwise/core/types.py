@@ -40,12 +40,16 @@ class Prompt:
 class SamplingParams:
     """Per-request sampling overrides; None = the engine's default. temperature 0 = greedy.
     `max_tokens` bounds the whole response (a resumed prefix included); `segment_tokens` stops a row
-    after that many new tokens this time, as a partial rollout (status "partial") to resume later."""
+    after that many new tokens this time, as a partial rollout (status "partial") to resume later.
+    `keep_kv`: such a row will be continued at once, under the same weights (TreePO's branches), so an
+    engine that can keeps its KV cache for the continuation (the torch engine; vLLM's prefix cache does
+    it by itself)."""
 
     temperature: float | None = None
     top_p: float | None = None
     max_tokens: int | None = None
     segment_tokens: int | None = None
+    keep_kv: bool = False
 
 
 DEFAULT_SAMPLING = SamplingParams()  # frozen: one shared instance for every request without overrides

@@ -15,12 +15,14 @@ stop single samples, the Engine protocol's optional in-flight control; requests 
 requests are decoded in chunks of at most `max_rows` rows (whole requests), one chunk after the other,
 in submission order; the random stream is therefore the same however often the caller polls.
 
-A row that its segment budget stops (a partial rollout, status "partial") leaves its KV cache in a small
-store (`PrefixKV`, at most `prefix_kv_rows` rows). A request that continues that very rollout right away
-(TreePO's branches: several children of one node) starts from it and prefills only the row's last token,
-instead of prompt + prefix again: the prefix's KV is computed once and shared by every branch. Entries of
-an older policy version are never used (a weight update empties the store), so a checkpoint, taken
-between steps, never needs them. `prefix_kv_rows=0` turns this off (every continuation re-prefills).
+A row that its segment budget stops (a partial rollout, status "partial"), of a request that asks for it
+(`SamplingParams.keep_kv`), leaves its KV cache in a small store (`PrefixKV`, at most `prefix_kv_rows`
+rows); APRIL's partials, resumed only after the next weight update, do not ask. A request that continues
+that very rollout (TreePO's branches: several children of one node) starts from it and prefills only the
+row's last token, instead of prompt + prefix again: the prefix's KV is computed once and shared by every
+branch. Entries of an older policy version are never used (a weight update empties the store), so a
+checkpoint, taken between steps, never needs them. `prefix_kv_rows=0` turns this off (every continuation
+re-prefills).
 
 Device: the decode state (KV cache, buffers, the sampling generator) lives on the policy's device;
 what leaves the engine (rollouts, peeked tokens and hidden states) is on the CPU.
@@ -253,6 +255,9 @@ class DecodeState:
         self.keep_hidden = any(r.id in engine._hidden for r in requests)
         self.last_hidden = None  # h_BD of the running rows at their last token (keep_hidden only)
         self.kept_kv: dict[int, list] = {}  # row -> its KV, for the rows a segment budget stopped
+        keep = [r.sampling.keep_kv and r.sampling.segment_tokens is not None and engine.prefix_kv.rows > 0
+                for r in requests]
+        self.keep_R = torch.tensor([keep[u] for u in row_src.tolist()], dtype=torch.bool, device=dev) if any(keep) else None
         self.context_len = [len(contexts[u]) for u in row_src.tolist()]
         self.prompt_tokens = [len(c) for c in contexts]  # prefilled per request (fewer where KV is kept)
         self.active = torch.arange(R, device=dev)[~self.finished]
@@ -338,8 +343,8 @@ class DecodeState:
         self.hit_eos[act[eos]] = True
         done = eos | (self.length[act] >= self.limit[act])
         self.t += 1
-        if self.engine.prefix_kv.rows:  # rows their segment budget stops keep their KV for a continuation
-            self._keep_kv(done & ~eos & (self.length[act] < self.full_limit[act]), act)
+        if self.keep_R is not None:  # rows their segment budget stops keep their KV for a continuation
+            self._keep_kv(done & ~eos & (self.length[act] < self.full_limit[act]) & self.keep_R[act], act)
         if done.all():
             self.finished[act] = True
             self.active = act[:0]
