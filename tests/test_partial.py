@@ -6,6 +6,7 @@ import pytest
 from rollwise.control.base import build_planner
 from rollwise.core.types import Prompt, Request, SamplingParams
 from rollwise.generate.engine import run_sync
+from rollwise.run.staleness import StalenessPolicy
 
 from fakes import Learner, TokenEngine, make_ctx, run_step
 
@@ -115,7 +116,7 @@ def test_rows_older_than_the_staleness_bound_are_dropped_and_restarted():
     ctx = make_ctx(pool_size=4, B=2, n=2)
     eng = TokenEngine(lengths_table({0: 3, 1: 4, 2: 12, 3: 16}), rates={i: 0.5 for i in range(4)})
     planner = build_planner("april", 4, ctx.rng, {"april": {"overprovision": 1.0}})
-    planner.max_staleness = 0  # S = 0: a row may not mix two policies
+    planner.staleness = StalenessPolicy(0)  # S = 0: a row may not mix two policies
     step_all(planner, ctx, eng, 1)
     carried_tokens = ctx.ledger.count(fate="carried")
     (b2,) = step_all(planner, ctx, eng, 1)

@@ -28,7 +28,8 @@ def _train_parser(sub):
     p.add_argument("--mode", choices=["sync", "async"], help="async: Ray rollout workers run ahead of the learner")
     p.add_argument("--workers", type=int, help="async: rollout workers (Ray actors)")
     p.add_argument("--max-staleness", type=int, dest="max_staleness",
-                   help="async: rollouts come from a policy at most this many updates old (0 = synchronous)")
+                   help="trained tokens come from a policy at most this many updates old: async mode always "
+                   "(default 1; 0 = synchronous), the sync loop only when set (it then bounds resumed partial rows)")
     p.add_argument("--reward", help="user reward 'module:function' called as fn(response, answer), or 'math' "
                    "(math-verify; reward_options.extract: auto, boxed, ####, number)")
     p.add_argument("--logger", help="comma-separated: jsonl (always on), tensorboard, wandb (offline unless "

@@ -17,9 +17,10 @@ Rule [CODE: slime/rollout/sglang_example.py, slime/ray/buffer.py; CoPRIS agent_l
 rollwise's additions, both [INF]:
   * a row is also stopped at a per-step token budget (`segment_tokens`, the "partial rollout" of verl's
     agent loop: long rows then take several steps instead of stalling one);
-  * the staleness bound is checked again when a row is resumed (`max_staleness`): a row whose oldest
-    token would be more than S versions old is dropped with its group (its tokens charged as aborted)
-    and the prompt is asked for again from scratch.
+  * the staleness bound is checked again when a row is resumed (the run's StalenessPolicy,
+    run/staleness.py: async mode always, the synchronous loop when `max_staleness` is set): a row whose
+    oldest token would be more than S versions old is dropped with its group (its tokens charged as
+    aborted) and the prompt is asked for again from scratch.
 The learner sees each token's own behaviour log-prob (the rows keep them across segments): with
 `learner.recompute_old=false` the PPO ratio is taken against them, CoPRIS's cross-stage importance
 sampling; with the default (recomputed old log-probs, APRIL's choice) a correction such as tis-token or
@@ -44,16 +45,16 @@ class CarryStore:
     def __len__(self) -> int:
         return len(self.groups)
 
-    def resume(self, version: int, max_staleness: int | None):
-        """Requests that continue every carried group -> (requests, owners, ready, dropped). owners[i] is
+    def resume(self, version: int, staleness):
+        """Requests that continue every carried group -> (requests, owners, ready, dropped). `staleness`
+        is the run's StalenessPolicy and `version` the policy version that will train them. owners[i] is
         the carried group request i continues, or None for a prompt that starts over because its rows
         grew too old (those groups are returned as dropped: their tokens are charged as aborted); ready
         are complete groups held over from the last step (APRIL keeps completed, unconsumed groups)."""
         requests, owners, ready, dropped = [], [], [], []
         for g in self.groups:
             rows = [r for r in g.rollouts if r.status != "done"]
-            if max_staleness is not None and any(version - r.oldest_version > max_staleness
-                                                 for r in g.rollouts if r.num_tokens):
+            if not all(staleness.fresh_enough(r.oldest_version, version) for r in g.rollouts if r.num_tokens):
                 dropped.append(g)
                 requests.append(Request(g.prompt, g.n))
                 owners.append(None)

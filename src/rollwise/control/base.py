@@ -249,8 +249,10 @@ class Planner:
         self._set_up = False
         self._sampling: dict = {}
         self.version = 0  # the policy version of this step (the driver sets it): partial rows' staleness
-        self.max_staleness: int | None = None  # resumed rows older than this are dropped (None: never)
+        from ..run.staleness import StalenessPolicy
         from .april import CarryStore
+
+        self.staleness = StalenessPolicy()  # the run's (run/staleness.py): resumed rows it finds stale are dropped
 
         self.carry = CarryStore()
         self._dropped: list[Group] = []
@@ -280,6 +282,16 @@ class Planner:
     @property
     def name(self) -> str:
         return "+".join(c.name for c in self.components)
+
+    @property
+    def max_staleness(self):
+        raise AttributeError("Planner.max_staleness was removed in 0.4: use Planner.staleness, a "
+                             "rollwise.run.staleness.StalenessPolicy (the Trainer sets it from the config)")
+
+    @max_staleness.setter
+    def max_staleness(self, value):
+        raise AttributeError("Planner.max_staleness was removed in 0.4: set Planner.staleness = "
+                             "rollwise.run.staleness.StalenessPolicy(S) instead")
 
     @property
     def needs_sampling(self) -> bool:
@@ -357,7 +369,7 @@ class Planner:
         prompts; the driver stops it once batch_size groups are complete and accepted."""
         from .april import overprovisioned
 
-        resumed, owners, ready, self._dropped = self.carry.resume(self.version, self.max_staleness)
+        resumed, owners, ready, self._dropped = self.carry.resume(self.version, self.staleness)
         self._busy = {r.prompt.id for r in resumed} | {g.prompt.id for g in ready}  # not drawn again now
         carried = len(self._busy)
         fresh = yield from self._draw(overprovisioned(max(ctx.batch_size - carried, 0), self.overprovision), ctx)

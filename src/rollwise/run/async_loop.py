@@ -49,14 +49,15 @@ class AsyncLoop:
     def __init__(self, trainer):
         self.tr = tr = trainer
         cfg = tr.cfg
-        self.S = cfg.max_staleness
+        check_async(cfg)
+        self.policy = tr.staleness  # the run's StalenessPolicy: admission, sampling weights, resumed rows
+        self.S = self.policy.max_staleness
         self.gate = StalenessGate(self.S, version=tr.step)
         # weights after k steps, kept while a step to come may sample from them (k >= steps done - S)
         self.weights: dict[int, dict] = dict(getattr(tr, "async_weights", {}) or {})
         self.weights.setdefault(tr.step, _snapshot(tr.policy))
         kw = dict(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
                   **cfg.engine_options)
-        check_async(cfg)
         # the Ray workers serve stages, the policy's statistics and refills, not in-flight control (peek/stop)
         tr.planner.require("--mode async (Ray workers)", sampling=True, policy=True, refill=True)
         if tr.planner.speculator is not None:  # refused before any worker starts
@@ -92,7 +93,7 @@ class AsyncLoop:
                         self.saved.wait_for(lambda: self.saved_step >= t or self.stop.is_set())
                 if not self.gate.admit(t):
                     break
-                src = max(t - self.S, min(self.weights))
+                src = self.policy.sampling_version(t, min(self.weights))
                 if self.pool.version != src or self.pool._weights_ref is None:
                     self.pool.update_weights(src, self.weights[src])
                 ctx = tr.context(t)
@@ -208,6 +209,6 @@ def check_async(cfg) -> None:
     """Async settings that cannot work, refused before any work is done."""
     if cfg.workers < 1:
         raise ValueError(f"workers must be >= 1, got {cfg.workers}")
-    if cfg.max_staleness < 0:
+    if cfg.max_staleness is not None and cfg.max_staleness < 0:
         raise ValueError(f"max_staleness must be >= 0, got {cfg.max_staleness}")
     torch.set_num_threads(1)  # the learner shares the machine with the workers

@@ -36,7 +36,9 @@ class Config:
     engine: str = "torch"  # a registered engine, or 'module:Class'
     mode: str = "sync"  # "sync": one step at a time; "async": Ray rollout workers ahead of the learner
     workers: int = 1  # async: rollout workers (Ray actors), each with its own engine and policy copy
-    max_staleness: int = 1  # async: a step's rollouts come from a policy at most this many updates old
+    # the bound on a trained token's age in policy updates (run/staleness.py): async mode always (1 when
+    # unset); the synchronous loop only when set (it then bounds partial rows resumed across steps)
+    max_staleness: int | None = None
     engine_options: dict = field(default_factory=dict)  # extra keyword arguments for the engine
     device: str = "cpu"  # where the policy (learner, torch engine) lives: cpu, cuda, cuda:N, auto (cuda if available)
     seed: int = 0
@@ -248,6 +250,7 @@ RANGES: dict[str, tuple] = {
     "eval_k": (lambda v: v >= 0, ">= 0 (0 = off)"),
     "eval_samples": (lambda v: v >= 0, ">= 0"),
     "checkpoint_every": (lambda v: v >= 1, ">= 1"),
+    "max_staleness": (lambda v: v >= 0, ">= 0 (or unset: 1 in async mode, no bound in sync)"),
     "reward_timeout_s": (_finite_gt0, "a finite number > 0"),
     "reward_memory_mb": (lambda v: v == 0 or v >= 64, "0 (no limit) or >= 64"),
     "max_skipped_steps": (lambda v: v >= 1, ">= 1"),

@@ -44,6 +44,7 @@ from .config import Config, config_changes, resolve_device, validate, RESUME_MAY
 from .driver import StepDriver
 from .evaluate import check_finite_weights, evaluate
 from .loggers import open_loggers
+from .staleness import StalenessPolicy
 
 CKPT = "checkpoint.pt"
 CKPT_FORMAT = 2  # 2: plain data only (weights_only loading), the run's config, skipped-step counters
@@ -88,6 +89,8 @@ class Trainer:
         self.history, self.ledger = PromptHistory(len(self.pool)), Ledger()
         self.rng = np.random.default_rng(cfg.seed)
         self.planner = build_planner(cfg.planner, len(self.pool), self.rng, cfg.planner_options)
+        self.staleness = StalenessPolicy.for_run(cfg.mode, cfg.max_staleness)  # the run's one bound
+        self.planner.staleness = self.staleness
         if self.planner.draft_cost is not None:  # SPEC-RL's draft tokens, in decoded-token units
             self.ledger.draft_cost = self.planner.draft_cost
         self.scorer = reward_scorer(cfg, self.task)
