@@ -108,3 +108,53 @@ def test_the_run_hands_its_bound_to_the_planner(tmp_path, mode, S, expect):
     tr = Trainer(load_config(None, over), log=lambda *a: None)
     assert tr.planner.staleness.max_staleness == expect
     assert tr.planner.staleness is tr.staleness
+
+
+# ---- the async loop without Ray (--workers 0): in the core suite ----------------------------------------
+def _async_cfg(out, **kw):
+    from rollwise.run.config import load_config
+
+    from conftest import SMALL
+
+    return load_config(None, {**SMALL, "out": str(out), "eval_every": 2, "checkpoint_every": 2, **kw})
+
+
+def _run(c):
+    import torch
+
+    from rollwise.run.loop import Trainer
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the async learner uses one thread; compare like with like
+    try:
+        return Trainer(c, log=lambda *a: None).run()
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _aborted(row) -> int:
+    """Tokens charged as aborted so far (the ledger's tok/<purpose>/aborted/<kind> counts)."""
+    return sum(v for k, v in row.items() if k.startswith("tok/") and k.split("/")[2] == "aborted")
+
+
+def _strip(rows):
+    return [{k: v for k, v in r.items() if k not in ("wall_s", "gen_s", "worker_restarts")} for r in rows]
+
+
+def test_in_process_async_with_s0_is_the_synchronous_loop(tmp_path, small_policy):
+    sync = _run(_async_cfg(tmp_path / "s", steps=3))
+    asyn = _run(_async_cfg(tmp_path / "a", steps=3, mode="async", workers=0, max_staleness=0,
+                           **{"learner.correction": "none"}))
+    assert _strip(asyn) == _strip(sync)
+
+
+def test_in_process_async_april_never_trains_a_row_older_than_s(tmp_path, small_policy):
+    """The bug of 0.3 end to end: async S = 1 with partial rows (a 2-token segment budget, so most rows are
+    carried). Fresh rows lag exactly S; a carried row would lag S + 1 at its next step, so every one is
+    dropped (charged as aborted) and no trained token is older than S. Before the fix staleness_max hit 2."""
+    rows = _run(_async_cfg(tmp_path / "p", steps=4, mode="async", workers=0, max_staleness=1,
+                           planner="uniform+april", planner_options={"april": {"segment_tokens": 2}}))
+    steps = [r for r in rows if r["step"] > 0]
+    assert len(steps) == 4 and all(r["staleness_max"] <= 1 for r in steps)
+    assert _aborted(steps[-1]) > 0  # carried rows were found stale and dropped, not trained
+    assert sum(r["step_tokens"] for r in steps) == steps[-1]["tokens"]  # the ledger balances

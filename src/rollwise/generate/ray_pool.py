@@ -33,13 +33,14 @@ class EngineWorker:
     """One rollout worker (a Ray actor): a policy copy and its engine. Built from a checkpoint directory
     so that nothing but a path crosses the process boundary at start."""
 
-    def __init__(self, model_dir: str, engine: str, engine_kwargs: dict, threads: int = 1):
+    def __init__(self, model_dir: str, engine: str, engine_kwargs: dict, threads: int | None = 1):
         import torch
 
         from ..core import registry
         from ..policy.policy import Policy
 
-        torch.set_num_threads(threads)
+        if threads is not None:  # a worker process of its own; in-process (LocalEnginePool) the caller's setting
+            torch.set_num_threads(threads)
         self.policy = Policy.load(model_dir)
         self.policy.model.eval()
         self.engine = registry.get("engine", engine).obj.for_policy(self.policy, **engine_kwargs)

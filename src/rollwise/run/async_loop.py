@@ -10,7 +10,8 @@ The same driver, split in two threads:
         planner.observe(batch, ctx_t)                       metrics row, eval, checkpoint
         queue <- (t, out)
 
-Workers are Ray actors (generate/ray_pool.py), each with its own engine and policy copy. Step t is
+Workers are Ray actors (generate/ray_pool.py), each with its own engine and policy copy; `--workers 0`
+runs one worker in this process instead (generate/local_pool.py: no Ray, the same loop). Step t is
 generated with the weights published after step t - S *exactly* (AReaL's admission rule makes that the
 oldest allowed; rollwise takes it always), so a run is a function of its seed: S = 0 with one worker
 reproduces the synchronous loop bit for bit, and larger S only changes which weights sample each step.
@@ -41,6 +42,7 @@ from pathlib import Path
 
 import torch
 
+from ..generate.local_pool import LocalEnginePool
 from ..generate.ray_pool import RayEnginePool
 from .staleness import StalenessGate
 
@@ -63,7 +65,11 @@ class AsyncLoop:
         if tr.planner.speculator is not None:  # refused before any worker starts
             raise ValueError(f"--mode async cannot run {tr.planner.speculator.name}: its verification pass reads "
                              "the sampling weights, which live in the workers; run it with --mode sync")
-        self.pool = RayEnginePool(tr.model_path, cfg.workers, cfg.engine, kw, seed=cfg.seed)
+        if cfg.workers == 0:
+            self.pool = LocalEnginePool(tr.model_path, cfg.engine, kw, seed=cfg.seed)
+        else:
+            self.pool = RayEnginePool(tr.model_path, cfg.workers, cfg.engine, kw, seed=cfg.seed)
+        self._loaded: int | None = None  # the version whose weights the workers hold (None: the start's)
         if getattr(tr, "engine_state", None) and "workers" in tr.engine_state:  # resumed: the workers' streams
             self.pool.load_state_dict(tr.engine_state)
         tr.driver.engine = tr.engine = self.pool
@@ -94,8 +100,9 @@ class AsyncLoop:
                 if not self.gate.admit(t):
                     break
                 src = self.policy.sampling_version(t, min(self.weights))
-                if self.pool.version != src or self.pool._weights_ref is None:
+                if self._loaded != src:
                     self.pool.update_weights(src, self.weights[src])
+                    self._loaded = src
                 ctx = tr.context(t)
                 before = tr.ledger.budget_tokens()
                 with self.quiet:
@@ -207,8 +214,8 @@ def _snapshot(policy) -> dict:
 
 def check_async(cfg) -> None:
     """Async settings that cannot work, refused before any work is done."""
-    if cfg.workers < 1:
-        raise ValueError(f"workers must be >= 1, got {cfg.workers}")
+    if cfg.workers < 0:
+        raise ValueError(f"workers must be >= 0 (0: one worker in this process, no Ray), got {cfg.workers}")
     if cfg.max_staleness is not None and cfg.max_staleness < 0:
         raise ValueError(f"max_staleness must be >= 0, got {cfg.max_staleness}")
     torch.set_num_threads(1)  # the learner shares the machine with the workers

@@ -35,7 +35,7 @@ class Config:
     max_new_tokens: int | None = None  # None: the task's default (its `max_new_tokens` attribute), else 10
     engine: str = "torch"  # a registered engine, or 'module:Class'
     mode: str = "sync"  # "sync": one step at a time; "async": Ray rollout workers ahead of the learner
-    workers: int = 1  # async: rollout workers (Ray actors), each with its own engine and policy copy
+    workers: int = 1  # async: rollout workers (Ray actors), each with its own engine and policy copy; 0: one in-process worker, no Ray
     # the bound on a trained token's age in policy updates (run/staleness.py): async mode always (1 when
     # unset); the synchronous loop only when set (it then bounds partial rows resumed across steps)
     max_staleness: int | None = None
