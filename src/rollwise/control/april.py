@@ -54,7 +54,8 @@ class CarryStore:
         requests, owners, ready, dropped = [], [], [], []
         for g in self.groups:
             rows = [r for r in g.rollouts if r.status != "done"]
-            if not all(staleness.fresh_enough(r.oldest_version, version) for r in g.rollouts if r.num_tokens):
+            if staleness.bounded and not all(staleness.fresh_enough(r.oldest_version, version)
+                                             for r in g.rollouts if r.num_tokens):
                 dropped.append(g)
                 requests.append(Request(g.prompt, g.n))
                 owners.append(None)

@@ -35,7 +35,9 @@ class Ledger:
     tokens: dict[tuple[str, str, str], int] = field(default_factory=dict)  # (purpose, fate, kind)
     rollouts: dict[tuple[str, str], int] = field(default_factory=dict)  # (purpose, fate)
     prompt_tokens: int = 0  # prefilled prompt tokens (all purposes)
-    learner_tokens: int = 0  # tokens the learner ran forward+backward on
+    learner_tokens: int = 0  # tokens the learner ran forward+backward on (prompt + response, x epochs)
+    old_logprob_tokens: int = 0  # tokens of the learner's no-grad pi_old pass (learner.recompute_old)
+    ref_logprob_tokens: int = 0  # tokens of the reference policy's pass (learner.kl_coef > 0)
     reused_tokens: int = 0  # tokens trained in a later step than the one that generated them
     verified_tokens: int = 0  # draft tokens scored by a verification prefill (SPEC-RL), accepted or not
     draft_cost: float = 1.0  # cost of a draft-verified token in decoded-token units (engine-measured)
@@ -51,6 +53,19 @@ class Ledger:
         for (purpose, kind, _, _), (n, tok) in acc.items():
             self._add(purpose, "open", kind, n, tok)
         self.prompt_tokens += int(prompt_tokens)
+
+    def charge_learner(self, stats: dict) -> None:
+        """The learner's compute for one update, taken out of its stats (the metrics row reports the
+        ledger's running totals instead)."""
+        self.learner_tokens += int(stats.pop("learner_tokens", 0))
+        self.old_logprob_tokens += int(stats.pop("old_logprob_tokens", 0))
+        self.ref_logprob_tokens += int(stats.pop("ref_logprob_tokens", 0))
+
+    def compute_counts(self) -> dict[str, int]:
+        """The non-decode work a compute budget charges (prefill and the learner's passes), as running
+        totals for a metrics row."""
+        return {"prompt_tokens": self.prompt_tokens, "learner_tokens": self.learner_tokens,
+                "old_logprob_tokens": self.old_logprob_tokens, "ref_logprob_tokens": self.ref_logprob_tokens}
 
     def settle(self, groups, frm: str, to) -> int:
         """Move the groups' rollouts of fate `frm` to fate `to` (a fate, or {purpose: fate} for some
@@ -127,6 +142,7 @@ class Ledger:
         return {"tokens": [[*k, v] for k, v in self.tokens.items()],
                 "rollouts": [[*k, v] for k, v in self.rollouts.items()],
                 "prompt_tokens": self.prompt_tokens, "learner_tokens": self.learner_tokens,
+                "old_logprob_tokens": self.old_logprob_tokens, "ref_logprob_tokens": self.ref_logprob_tokens,
                 "reused_tokens": self.reused_tokens, "draft_cost": self.draft_cost,
                 "verified_tokens": self.verified_tokens,
                 "seconds": dict(self.seconds)}
@@ -138,6 +154,8 @@ class Ledger:
         self.rollouts = {(str(p), str(f)): int(v) for p, f, v in s["rollouts"]}
         self.prompt_tokens = int(s["prompt_tokens"])
         self.learner_tokens = int(s["learner_tokens"])
+        self.old_logprob_tokens = int(s.get("old_logprob_tokens", 0))  # checkpoints from before 0.4: not counted
+        self.ref_logprob_tokens = int(s.get("ref_logprob_tokens", 0))
         self.reused_tokens = int(s.get("reused_tokens", 0))
         self.draft_cost = float(s.get("draft_cost", 1.0))
         self.verified_tokens = int(s.get("verified_tokens", 0))

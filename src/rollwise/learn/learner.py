@@ -168,7 +168,10 @@ class Learner:
         self.policy.version += 1
         stats.update({k: v / n_updates for k, v in log.items()})
         stats["updated"] = 1
-        stats["learner_tokens"] = int(mask_NT[rows].sum() + sum(len(prompts[i]) for i in rows.tolist())) * cfg.epochs
+        row_tokens = int(mask_NT[rows].sum() + sum(len(prompts[i]) for i in rows.tolist()))  # prompt + response
+        stats["learner_tokens"] = row_tokens * cfg.epochs  # forward + backward
+        stats["old_logprob_tokens"] = row_tokens if cfg.recompute_old else 0  # one no-grad forward each
+        stats["ref_logprob_tokens"] = row_tokens if cfg.kl_coef > 0 else 0
         return stats
 
     def _logp(self, prompts, responses, idx, policy=None, with_grad=False):

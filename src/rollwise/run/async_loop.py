@@ -128,8 +128,7 @@ class AsyncLoop:
                 if item is None:
                     break
                 t, ctx, out, view, before = item
-                with tr.ledger.timer("learn"):
-                    out.stats = tr.guard.update(out.batch)  # non-finite updates undone
+                tr.driver.learn(out, tr.guard)  # non-finite updates undone
                 tr.step = t + 1
                 self.weights[tr.step] = _snapshot(tr.policy)
                 for k in [k for k in self.weights if k < tr.step - self.S]:

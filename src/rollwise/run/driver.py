@@ -190,11 +190,17 @@ class StepDriver:
     def run_step(self, planner: Planner, ctx: StepContext, learner) -> StepOutcome:
         """One synchronous step: collect (Control, Generate, Filter, Replay), learn, observe."""
         out = self.collect(planner, ctx, learner.version)
-        with self.ledger.timer("learn"):
-            out.stats = learner.update(out.batch)
+        self.learn(out, learner)
         planner.observe(out.batch, ctx)
         self.engine.update_weights(learner.version)
         return out
+
+    def learn(self, out: StepOutcome, learner) -> None:
+        """Learn from a collected step: the update, timed, and its compute charged to the ledger (the
+        synchronous step and the asynchronous loop's learner both come here)."""
+        with self.ledger.timer("learn"):
+            out.stats = learner.update(out.batch)
+        self.ledger.charge_learner(out.stats)
 
     def collect(self, planner: Planner, ctx: StepContext, version: int) -> StepOutcome:
         """Everything of a step before the update: run the planner's coroutine against the engine,

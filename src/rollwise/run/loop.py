@@ -133,14 +133,13 @@ class Trainer:
         return {"tokens": led.budget_tokens(), "rollouts": led.budget_rollouts(),
                 **{f"tokens_{k}": v for k, v in led.legacy_tokens().items()},
                 **{f"rollouts_{k}": v for k, v in led.legacy_rollouts().items()},
-                "tokens_reused": led.reused_tokens, **led.breakdown()}
+                "tokens_reused": led.reused_tokens, **led.compute_counts(), **led.breakdown()}
 
     def step_row(self, ctx: StepContext, out, view: dict, tokens_before: int) -> dict:
         """One metrics.jsonl row for a trained step."""
         stats, batch = out.stats, out.batch
         self._warn_reward_failures(ctx.step + 1)
         self.skip_streak = self.skip_streak + 1 if stats.get("skipped") else 0
-        self.ledger.learner_tokens += stats.pop("learner_tokens", 0)
         sizes = [g.n for g in batch.groups] or [0]
         generated = list(ctx.groups.values())
         self._warn_no_variance(ctx.step + 1, generated)

@@ -109,11 +109,10 @@ class Simulator:
         cfg = self.cfg
         self.engine.rounds = []
         ctx = StepContext(self.step, cfg.batch, cfg.n, self.pool, self.history, self.ledger, self.rng)
-        tokens_before = self.ledger.budget_tokens()
-        out = self.driver.run_step(self.planner, ctx, self.learner)
+        tokens_before, learned_before = self.ledger.budget_tokens(), self.ledger.learner_tokens
+        out = self.driver.run_step(self.planner, ctx, self.learner)  # charges the learner's tokens
         batch = out.batch
-        learner_tokens = out.stats.get("learner_tokens", 0)
-        self.ledger.learner_tokens += learner_tokens
+        learner_tokens = self.ledger.learner_tokens - learned_before
         gen = [g for g in ctx.groups.values() if g.n > 0]
         # simulated system time of the step
         gen_s = sum(t.seconds for _, t in self.engine.rounds)
