@@ -10,6 +10,7 @@ import torch
 
 from rollwise.control.arrol import ARRoL, PruneGate, QualityHead, head_figures, survivors
 from rollwise.control.base import Decision, Watchers, Wave, build_planner
+from rollwise.control.capabilities import WaveWatch
 from rollwise.control.duet import AbortGate, DUETAbort
 from rollwise.core.ledger import Ledger
 from rollwise.core.types import Group, Prompt, Request
@@ -150,9 +151,9 @@ def test_options_are_checked_with_one_line_errors():
         with pytest.raises(ValueError, match=msg) as e:
             ARRoL(**kw)
         assert "\n" not in str(e.value) and str(e.value).startswith("arrol:")
-    with pytest.raises(ValueError, match="does not compose with partial rollouts"):
+    with pytest.raises(ValueError, match=r"april \(Partial\) does not compose with arrol \(Watcher\): a resumed row would lose its in-flight state"):
         build_planner("april+arrol", 4, np.random.default_rng(0))
-    with pytest.raises(ValueError, match="arrol and spec-rl do not compose"):
+    with pytest.raises(ValueError, match=r"spec-rl \(Speculator\) does not compose with arrol \(Watcher\): the rows it runs its own way never"):
         build_planner("arrol+spec-rl", 4, np.random.default_rng(0))
     with pytest.raises(ValueError, match="arrol needs in-flight control"):
         build_planner("ar3po+arrol", 4, np.random.default_rng(0)).require("a host", sampling=True, policy=True)
@@ -338,7 +339,7 @@ def composed_run(order):
     duet = DUETAbort(h_abort=0, grace=3, q=1e-9)
     requests, metrics, led = [Request(P0, 4)], {}, Ledger()
     gates = {"arrol": PruneGate(rule, requests, [2], metrics), "duet": AbortGate(duet, requests, [99], (3, 0, 1), metrics)}
-    watch = Watchers([gates[k] for k in order])
+    watch = Watchers([(gates[k], k == "arrol") for k in order])  # ARRoL's Watcher reads hidden states
     assert watch.hidden
     (g,) = StepDriver(eng, led, None).generate(Wave(requests, watch=watch, hidden=True))
     return g, metrics, led, eng
@@ -364,9 +365,7 @@ def test_watchers_show_a_watcher_without_hidden_the_tokens_only_and_end_a_sample
             seen.append(running)
             return [Decision(0, 0, "pruned")]
 
-    class Pairs:
-        hidden = True
-
+    class Pairs(WaveWatch):
         def __init__(self):
             self.told = []
 
@@ -379,7 +378,7 @@ def test_watchers_show_a_watcher_without_hidden_the_tokens_only_and_end_a_sample
 
     pairs = Pairs()
     t = torch.tensor([1, 2])
-    out = Watchers([Tokens(), pairs])({0: [(t, torch.zeros(2)), (t, torch.ones(2))]})
+    out = Watchers([(Tokens(), False), (pairs, True)])({0: [(t, torch.zeros(2)), (t, torch.ones(2))]})
     assert [torch.equal(x, t) for x in seen[0][0]] == [True, True]  # tokens, not (tokens, h) pairs
     assert out == [Decision(0, 0, "pruned"), Decision(0, 1, "keep", weight=2.0)]  # sample 0 ended once
     assert pairs.told == [(0, 0, "pruned")]

@@ -81,7 +81,7 @@ def test_options_are_checked_with_one_line_errors():
         with pytest.raises(ValueError, match=msg) as e:
             DUETAbort(**kw)
         assert "\n" not in str(e.value) and str(e.value).startswith("duet-abort:")
-    with pytest.raises(ValueError, match="does not compose with partial rollouts"):
+    with pytest.raises(ValueError, match=r"april \(Partial\) does not compose with duet-abort \(Watcher\)"):
         build_planner("april+duet-abort", 4, np.random.default_rng(0))
     with pytest.raises(ValueError, match="duet-abort needs in-flight control"):
         build_planner("duet+duet-abort", 4, np.random.default_rng(0)).require("a host", sampling=True, policy=True)

@@ -139,7 +139,7 @@ def test_carried_partials_survive_a_checkpoint_with_their_tokens():
 
 
 def test_partial_rollouts_refuse_staged_allocation():
-    with pytest.raises(ValueError, match="partial rollouts do not compose with staged allocation"):
+    with pytest.raises(ValueError, match=r"april \(Partial\) does not compose with ar3po \(Staged\): a later stage would need rows"):
         build_planner("ar3po+april", 4, np.random.default_rng(0))
 
 

@@ -57,7 +57,7 @@ def test_bad_options_fail_clearly():
     for opts in ({"lenience": 0.0}, {"draft_cost": -1.0}, {"store_tokens": 0}):
         with pytest.raises(ValueError, match="spec-rl: need lenience > 0"):
             build_planner("spec-rl", 4, np.random.default_rng(0), {"spec-rl": opts})
-    with pytest.raises(ValueError, match="composes with neither another speculating component nor partial"):
+    with pytest.raises(ValueError, match=r"april \(Partial\) does not compose with spec-rl \(Speculator\): a row it resumes would be resumed twice"):
         build_planner("spec-rl+april", 4, np.random.default_rng(0))
 
 

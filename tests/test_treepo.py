@@ -200,10 +200,10 @@ def test_batch_input_carries_the_tree_paths():
 
 # ---- where it cannot run ------------------------------------------------------------------------------
 @pytest.mark.parametrize("spec,match", [
-    ("april+treepo", "composes with neither another speculating component nor partial rollouts"),
-    ("treepo+spec-rl", "composes with neither another speculating component"),
-    ("treepo+duet-abort", "do not compose"),
-    ("treepo+arrol", "do not compose"),
+    ("april+treepo", r"april \(Partial\) does not compose with treepo \(Speculator\)"),
+    ("treepo+spec-rl", r"treepo \(Speculator\) does not compose with spec-rl \(Speculator\)"),
+    ("treepo+duet-abort", r"treepo \(Speculator\) does not compose with duet-abort \(Watcher\)"),
+    ("treepo+arrol", r"treepo \(Speculator\) does not compose with arrol \(Watcher\)"),
 ])
 def test_conflicting_compositions_are_refused(spec, match):
     with pytest.raises(ValueError, match=match):

@@ -34,6 +34,7 @@ from dataclasses import replace
 from ..core.registry import register
 from ..core.types import Group, Request, Rollout
 from .base import Component
+from .capabilities import Partial
 
 
 class CarryStore:
@@ -121,11 +122,10 @@ class April(Component):
     budget of new tokens per row (None: none). Composes with selectors and filters (`greso+april`,
     `april+dapo`); not with staged allocation, whose later stages would need rows that are still out."""
 
-    partial = True
-
     def __init__(self, overprovision: float = 1.0, segment_tokens: int | None = None):
         if overprovision < 0 or (segment_tokens is not None and segment_tokens < 1):
             raise ValueError("april: need overprovision >= 0 and segment_tokens >= 1 (or None)")
         if overprovision == 0 and segment_tokens is None:
             raise ValueError("april: set overprovision > 0 or a segment_tokens budget (else it does nothing)")
         self.overprovision, self.segment_tokens = float(overprovision), segment_tokens
+        self.declares = (Partial(self.overprovision, segment_tokens),)

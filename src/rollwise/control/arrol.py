@@ -68,6 +68,7 @@ import torch
 from ..core.registry import register
 from ..core.types import Group, Prompt, Request
 from .base import Component, Decision, StepContext
+from .capabilities import Watcher, WaveWatch
 
 # what a survivor carries (Rollout.meta) from the checkpoint to finish: h_D, its score, on the high side?
 H_KEY, P_KEY, HIGH_KEY = "arrol_h", "arrol_p", "arrol_high"
@@ -151,7 +152,7 @@ class QualityHead:
           summary="ARRoL: start N > G rows, prune mid-generation by a learned head on hidden states toward "
                   "a target correct ratio rho among the G survivors")
 class ARRoL(Component):
-    needs_inflight = True
+    declares = (Watcher(hidden=True),)  # prunes in flight by a head on the samples' hidden states
 
     def __init__(self, ratio: float = 2.0, prune_at: int = 32, rho: float = 0.5, lr: float = 0.5,
                  l2: float = 1e-3, head_steps: int = 20, buffer: int = 1024, explore: float = 0.0):
@@ -224,12 +225,10 @@ class ARRoL(Component):
         self._base = state.get("base")
 
 
-class PruneGate:
+class PruneGate(WaveWatch):
     """ARRoL's rule over one wave: the driver shows it each running sample's (tokens, hidden state) after
     every decode step; once every running row of an expanded request has prune_at tokens it keeps m of
     them by the head's scores and prunes the rest (one decision per request)."""
-
-    hidden = True  # the driver asks the engine for hidden states
 
     def __init__(self, rule: ARRoL, requests: list[Request], targets: list[int | None], metrics: dict,
                  key: tuple = ()):

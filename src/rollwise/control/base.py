@@ -20,7 +20,7 @@ Hooks, in the order one step calls them::
     accept(group, ctx)             may this group train? (DAPO's zero-variance filter)
     observe(groups, batch, ctx)    after the update: update the component's own state
 
-    watch(requests, ctx)           in-flight control (`needs_inflight`): a callable for a wave of train
+    watch(requests, ctx)           in-flight control (a Watcher): a WaveWatch for a wave of train
                                    requests, which the driver shows every running sample's tokens after
                                    each decode step and which returns Decisions: stop, prune or reweight
                                    single samples (DUET's abort); a watcher with `hidden = True` also
@@ -32,13 +32,16 @@ driver generates, charges and scores those requests and sends back one scored Gr
 order; the hook's `return` value is its result. Components never call an engine or write the ledger,
 so the same hook runs synchronously, asynchronously, or in a host trainer that can serve it.
 
+**What a component is** it declares (control/capabilities.py): `declares = (Staged(),)` for a `more`
+hook, `Partial(...)`, `Speculator(draft_cost)`, `Watcher(hidden)`, `Resumable()`, `Branching()`. The
+Planner composes from those declarations alone and refuses what conflicts (one table, CONFLICTS).
+
 **What a host must provide.** A component declares `needs_sampling` (it yields requests, or asks for
-more samples after seeing results: stages), `needs_policy` (a forward pass or model internals:
-`ctx.prompt_stats`, `ctx.policy`) and `needs_inflight` (it watches samples as they grow and stops
-single ones: the engine's optional peek/stop), `needs_resume` (it continues rows from their own tokens,
-Request.prefix: TreePO's branches); `refill = True` means it draws fresh prompts while fewer
-than `batch_size` groups are accepted, for at most `max_rounds` rounds (DAPO dynamic sampling). A host
-(TRL, verl) calls `Planner.require(...)` with what it can serve and refuses the rest by name.
+more samples after seeing results: stages) and `needs_policy` (a forward pass or model internals:
+`ctx.prompt_stats`, `ctx.policy`); a Watcher needs the engine's optional peek/stop and a Resumable a
+token-level engine; `refill = True` means it draws fresh prompts while fewer than `batch_size` groups
+are accepted, for at most `max_rounds` rounds (DAPO dynamic sampling). A host (TRL, verl) calls
+`Planner.require(...)` with what it can serve and refuses the rest by name.
 """
 from __future__ import annotations
 
@@ -52,6 +55,7 @@ import numpy as np
 from ..core.history import PromptHistory
 from ..core.ledger import Ledger
 from ..core.types import Batch, Group, Prompt, Request
+from .capabilities import Capability, Partial, Resumable, Speculator, Watcher, WaveWatch, check, find
 
 
 @dataclass
@@ -90,8 +94,15 @@ class Component:
     oversample = 1  # candidates drawn per needed prompt (ranking selectors want more to choose from)
     needs_sampling = False  # yields requests of its own or asks for more samples (a host must serve them)
     needs_policy = False  # reads the policy (ctx.policy / ctx.prompt_stats)
-    needs_inflight = False  # watches samples while they are generated (the engine's peek/stop)
-    needs_resume = False  # continues rows from their own tokens (Request.prefix): a token-level engine
+    declares: tuple[Capability, ...] = ()  # what it is (control/capabilities.py); the Planner reads only these
+
+    @property
+    def needs_inflight(self) -> bool:
+        return bool(find([self], Watcher))
+
+    @property
+    def needs_resume(self) -> bool:
+        return bool(find([self], Resumable))
 
     def bind(self, pool_size: int) -> None:
         pass
@@ -128,7 +139,8 @@ class Component:
     def observe(self, groups: list[Group], batch: Batch, ctx: StepContext) -> None:
         pass
 
-    def watch(self, requests: list[Request], ctx: StepContext) -> "Callable[[dict], list[Decision]] | None":
+    def watch(self, requests: list[Request], ctx: StepContext) -> "WaveWatch | None":
+        """A Watcher's in-flight rule for one wave of train requests (None: nothing to watch in it)."""
         return None
 
     def state_dict(self) -> dict:
@@ -207,23 +219,23 @@ class Wave:
     hidden: bool = False
 
 
-class Watchers:
+class Watchers(WaveWatch):
     """Several in-flight components over one wave (`arrol+duet-abort`), each seeing what it would see
     alone. In spec order, each watcher is shown the samples still running; once one ends a sample (stop
-    or prune), later watchers see it as ended, and every watcher that has `ended_elsewhere(index,
-    sample, action)` is told, so that ARRoL does not count a sample DUET pruned as one that finished.
-    A watcher without `hidden` gets each sample's tokens only. "keep" decisions (weights, meta) of all of
-    them reach the sample."""
+    or prune), later watchers see it as ended, and every other watcher is told (`ended_elsewhere`), so
+    that ARRoL does not count a sample DUET pruned as one that finished. A watcher whose capability does
+    not ask for hidden states gets each sample's tokens only. "keep" decisions (weights, meta) of all of
+    them reach the sample. `watches`: [(watch, hidden)], in spec order."""
 
-    def __init__(self, watches: list):
+    def __init__(self, watches: list[tuple]):
         self.watches = watches
-        self.hidden = any(getattr(w, "hidden", False) for w in watches)
+        self.hidden = any(h for _, h in watches)
 
     def __call__(self, running: dict) -> list[Decision]:
         out: list[Decision] = []
         ended: set[tuple[int, int]] = set()
-        for w in self.watches:
-            strip = self.hidden and not getattr(w, "hidden", False)
+        for w, hidden in self.watches:
+            strip = self.hidden and not hidden
             view = {i: [None if s is None or (i, j) in ended else (s[0] if strip else s) for j, s in enumerate(samples)]
                     for i, samples in running.items()}
             for d in w(view):
@@ -232,8 +244,8 @@ class Watchers:
                 out.append(d)
                 if d.action != "keep":
                     ended.add((d.index, d.sample))
-                    for other in self.watches:
-                        if other is not w and hasattr(other, "ended_elsewhere"):
+                    for other, _ in self.watches:
+                        if other is not w and isinstance(other, WaveWatch):
                             other.ended_elsewhere(d.index, d.sample, d.action)
         return out
 
@@ -257,25 +269,14 @@ class Planner:
         self.carry = CarryStore()
         self._dropped: list[Group] = []
         self._busy: set[int] = set()  # prompt ids being resumed this step
-        partial = [c for c in components if getattr(c, "partial", False)]
-        if partial and any(type(c).more is not Component.more for c in components):
-            raise ValueError(f"planner {self.name!r}: partial rollouts do not compose with staged allocation "
-                             "(a later stage would need rows that are still being generated)")
-        self.inflight = [c for c in components if c.needs_inflight]
-        if self.inflight and partial:
-            raise ValueError(f"planner {self.name!r}: an in-flight component ({self.inflight[0].name}) does not "
-                             "compose with partial rollouts (a resumed row would lose its in-flight state)")
-        speculators = [c for c in components if type(c).speculate is not Component.speculate]
-        if len(speculators) > 1 or (speculators and partial):
-            raise ValueError(f"planner {self.name!r}: {speculators[0].name} composes with neither another "
-                             "speculating component nor partial rollouts (a row it resumes would be resumed twice)")
-        self.speculator = speculators[0] if speculators else None
-        if self.inflight and self.speculator is not None:
-            raise ValueError(f"planner {self.name!r}: {self.inflight[0].name} and {self.speculator.name} do not "
-                             "compose (the rows it runs its own way never reach the watcher whole)")
-        self.overprovision = max((c.overprovision for c in partial), default=0.0)
-        self.segment_tokens = min((c.segment_tokens for c in partial if c.segment_tokens), default=None)
+        check(components, self.name, Component)  # what conflicts, from the declarations alone
+        self.inflight = find(components, Watcher)  # [(component, its Watcher capability)]
+        speculators = find(components, Speculator)
+        self.speculator = speculators[0][0] if speculators else None
+        partial = [cap for _, cap in find(components, Partial)]
         self.partial = bool(partial)
+        self.overprovision = max((p.overprovision for p in partial), default=0.0)
+        self.segment_tokens = min((p.segment_tokens for p in partial if p.segment_tokens), default=None)
         for c in components:
             c.bind(pool_size)
 
@@ -312,7 +313,8 @@ class Planner:
     @property
     def draft_cost(self) -> float | None:
         """The prefill/decode cost ratio a drafting component (SPEC-RL) charges its draft tokens at."""
-        return next((c.draft_cost for c in self.components if getattr(c, "draft_cost", None) is not None), None)
+        return next((cap.draft_cost for _, cap in find(self.components, Speculator) if cap.draft_cost is not None),
+                    None)
 
     def require(self, host: str, sampling: bool = False, policy: bool = False, refill: bool = False,
                 inflight: bool = False, resume: bool = False) -> None:
@@ -403,11 +405,15 @@ class Planner:
     def _watched(self, requests: list[Request], ctx: StepContext):
         """Train requests as a Wave with the in-flight components' watcher, if there is one (several are
         joined into one, in spec order: Watchers)."""
-        watches = [w for w in (c.watch(requests, ctx) for c in self.inflight) if w is not None] if requests else []
+        watches = [(w, cap.hidden) for c, cap in self.inflight for w in [c.watch(requests, ctx)] if w is not None] \
+            if requests else []
         if not watches:
             return requests
-        watch = watches[0] if len(watches) == 1 else Watchers(watches)
-        return Wave(requests, watch=watch, hidden=bool(getattr(watch, "hidden", False)))
+        if len(watches) == 1:
+            (watch, hidden), = watches
+            return Wave(requests, watch=watch, hidden=hidden)
+        joined = Watchers(watches)
+        return Wave(requests, watch=joined, hidden=joined.hidden)
 
     def _round(self, requests: list[Request], ctx: StepContext):
         """Generate one round of train requests: one scored Group per request, in order."""

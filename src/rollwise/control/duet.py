@@ -59,6 +59,7 @@ import numpy as np
 from ..core.registry import register
 from ..core.types import Group, Prompt, Request
 from .base import Component, Decision, StepContext
+from .capabilities import Watcher, WaveWatch
 
 
 def informativeness(last_n, last_correct, age, a0: float, b0: float, decay: float) -> np.ndarray:
@@ -114,7 +115,7 @@ class DUET(Component):
           summary="DUET (abort half): stop after the answer marker; past h_abort+grace without one, "
                   "prune w.p. 1-q, else keep with weight 1/q")
 class DUETAbort(Component):
-    needs_inflight = True
+    declares = (Watcher(),)  # prunes single samples in flight
 
     def __init__(self, h_abort: int = 64, grace: int = 4, q: float = 0.05, marker: str | list | None = None,
                  self_normalize: bool = False):
@@ -170,7 +171,7 @@ class DUETAbort(Component):
         self._base = state.get("base")
 
 
-class AbortGate:
+class AbortGate(WaveWatch):
     """DUET's rule over one wave (the driver calls it after every decode step with each running
     sample's tokens). Per sample: how far the marker search got, where the marker ended, whether the
     sample has passed the length gate."""

@@ -54,6 +54,7 @@ import numpy as np
 from ..core.registry import register
 from ..core.types import Group, Request, Rollout
 from .base import Component, StepContext
+from .capabilities import Branching, Resumable, Speculator
 
 
 class Tree:
@@ -102,7 +103,7 @@ class TreePO(Component):
     in-flight control (duet-abort) or another component that runs rounds its own way (spec-rl)."""
 
     needs_sampling = True  # it runs the rounds' requests itself, segment by segment
-    needs_resume = True  # branches continue their parent's tokens
+    declares = (Speculator(), Resumable(), Branching())  # runs its rounds as trees whose branches continue
 
     def __init__(self, segment_tokens: int = 4, branch: int = 2, first_div_max: int | None = None,
                  max_depth: int | None = None, seed: int = 0):

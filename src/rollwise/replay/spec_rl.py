@@ -50,6 +50,7 @@ import numpy as np
 import torch
 
 from ..control.base import Component, StepContext
+from ..control.capabilities import Speculator
 from ..core.registry import register
 from ..core.types import Group, Request, Rollout
 
@@ -139,6 +140,7 @@ class SpecRL(Component):
         if not lenience > 0 or not 0 <= draft_cost < math.inf or store_tokens < 1:
             raise ValueError("spec-rl: need lenience > 0, 0 <= draft_cost < inf and store_tokens >= 1")
         self.lenience, self.draft_cost, self.seed = float(lenience), float(draft_cost), int(seed)
+        self.declares = (Speculator(self.draft_cost),)
         self.log_lenience = math.log(self.lenience)
         self.store = RolloutStore(int(store_tokens))
         self._used: dict[int, int] = {}  # drafts of each prompt taken this step
