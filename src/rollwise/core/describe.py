@@ -49,18 +49,16 @@ def options(entry: registry.Entry) -> list[Option]:
 
 
 def paper(entry: registry.Entry) -> str:
-    """Where a component comes from: the entry's `paper`, else the first paragraph of its own docstring,
-    else of its module's (where rollwise's components cite their paper)."""
+    """Where a component comes from: the entry's `paper`, else the first paragraph of its own docstring or
+    its module's (where rollwise's components cite their paper) that cites one, else the first paragraph."""
     if entry.paper:
         return entry.paper
     own = entry.obj.__dict__.get("__doc__") if isinstance(entry.obj, type) else entry.obj.__doc__
     if own and isinstance(entry.obj, type) and own.startswith(entry.obj.__name__ + "("):
         own = None  # a dataclass's generated signature, not a description
-    for doc in (own, getattr(inspect.getmodule(entry.obj), "__doc__", None)):
-        first = " ".join((inspect.cleandoc(doc or "").split("\n\n") or [""])[0].split())
-        if first:
-            return first
-    return ""
+    paragraphs = [" ".join(par.split()) for doc in (own, getattr(inspect.getmodule(entry.obj), "__doc__", None))
+                  for par in inspect.cleandoc(doc or "").split("\n\n") if par.strip()]
+    return next((par for par in paragraphs if cites(par)), paragraphs[0] if paragraphs else "")
 
 
 def cites(text: str) -> bool:
