@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from rollwise.bench.report import _fmt_diff, _fmt_ratio, legend, markdown_table
+from rollwise.core.generated import between, sync
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -99,30 +100,16 @@ def summary() -> str:
     return "\n".join(out + [""] + notes)
 
 
-def rewrite(path: Path, body: str) -> str:
-    text = path.read_text()
-    a, b = text.index(BEGIN) + len(BEGIN), text.index(END)
-    return text[:a] + "\n" + body + "\n" + text[b:]
+def rendered() -> dict[Path, str]:
+    readme, results = ROOT / "README.md", ROOT / "docs" / "results.md"
+    return {readme: between(readme.read_text(), BEGIN, END, summary()),
+            results: between(results.read_text(), BEGIN, END, results_tables())}
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="fail if README.md or docs/results.md is stale")
-    args = ap.parse_args(argv)
-    stale = []
-    for path, body in ((ROOT / "README.md", summary()), (ROOT / "docs" / "results.md", results_tables())):
-        new = rewrite(path, body)
-        if new == path.read_text():
-            continue
-        if args.check:
-            stale.append(path.name)
-        else:
-            path.write_text(new)
-            print(f"updated {path.relative_to(ROOT)}")
-    if stale:
-        print(f"stale: {', '.join(stale)}; run python benchmarks/update_readme.py", file=sys.stderr)
-        return 1
-    return 0
+    return sync(rendered(), ROOT, ap.parse_args(argv).check, "python benchmarks/update_readme.py")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from rollwise.core import registry
 from rollwise.core.describe import OPTIONS_KEY, cites, options, paper
+from rollwise.core.generated import between, sync
 from rollwise.core.settings import settings
 from rollwise.policy.warmstart import WarmStartConfig
 from rollwise.run.config import Config
@@ -32,7 +33,7 @@ def cell(text: str) -> str:
 
 
 def methods_block() -> str:
-    out = [BEGIN, "", "*Generated from the registry by `python scripts/gen_docs.py`; do not edit by hand. "
+    out = ["*Generated from the registry by `python scripts/gen_docs.py`; do not edit by hand. "
            "`rollwise list --options NAME` prints the same for one component.*", ""]
     for kind in registry.KINDS:
         entries = registry.entries(kind)
@@ -46,8 +47,7 @@ def methods_block() -> str:
             out.append(f"| `{e.name}` | {e.provenance} | {cell(e.summary)}{cell(facts)} | "
                        f"{cell(ref) if cites(ref) else ''} | {cell(opts)} |")
         out.append("")
-    out.append(END)
-    return "\n".join(out)
+    return "\n".join(out[:-1])
 
 
 def configuration_page() -> str:
@@ -68,28 +68,14 @@ def configuration_page() -> str:
 
 def rendered() -> dict[Path, str]:
     methods = ROOT / "docs" / "methods.md"
-    text = methods.read_text()
-    a, b = text.index(BEGIN), text.index(END) + len(END)
-    return {methods: text[:a] + methods_block() + text[b:], ROOT / "docs" / "configuration.md": configuration_page()}
+    return {methods: between(methods.read_text(), BEGIN, END, methods_block()),
+            ROOT / "docs" / "configuration.md": configuration_page()}
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="fail if a committed page differs from the code")
-    args = ap.parse_args(argv)
-    stale = []
-    for path, text in rendered().items():
-        if path.exists() and path.read_text() == text:
-            continue
-        if args.check:
-            stale.append(str(path.relative_to(ROOT)))
-        else:
-            path.write_text(text)
-            print(f"wrote {path.relative_to(ROOT)}")
-    if stale:
-        print(f"stale: {', '.join(stale)}; run python scripts/gen_docs.py", file=sys.stderr)
-        return 1
-    return 0
+    return sync(rendered(), ROOT, ap.parse_args(argv).check, "python scripts/gen_docs.py")
 
 
 if __name__ == "__main__":

@@ -22,8 +22,8 @@ def test_readme_is_short_and_its_results_slot_is_what_update_readme_writes():
     text = (ROOT / "README.md").read_text()
     assert len(text.splitlines()) < 250
     update = load("benchmarks/update_readme.py")
-    assert update.rewrite(ROOT / "README.md", update.summary()) == text, "run python benchmarks/update_readme.py"
-    assert update.rewrite(ROOT / "docs" / "results.md", update.results_tables()) == (ROOT / "docs" / "results.md").read_text()
+    for path, rendered in update.rendered().items():
+        assert path.read_text() == rendered, f"{path.name} is stale: run python benchmarks/update_readme.py"
     for slot in ("## The two commands", "## A first run, explained", "## Results", "## Where to go next"):
         assert slot in text
 
@@ -74,3 +74,16 @@ def test_the_site_builds_strict(tmp_path):
                          capture_output=True, text=True, env={"NO_MKDOCS_2_WARNING": "1", "PATH": "/usr/bin:/bin",
                                                               "HOME": str(tmp_path)})
     assert out.returncode == 0, out.stderr[-3000:]
+
+
+def test_sync_checks_without_writing_and_writes_only_stale_pages(tmp_path, capsys):
+    from rollwise.core.generated import between, sync
+
+    page = tmp_path / "page.md"
+    page.write_text("a\n<!-- b -->\nold\n<!-- e -->\nz\n")
+    new = between(page.read_text(), "<!-- b -->", "<!-- e -->", "new")
+    assert new == "a\n<!-- b -->\n\nnew\n\n<!-- e -->\nz\n"
+    assert sync({page: new}, tmp_path, check=True, command="regen") == 1
+    assert "stale: page.md; run regen" in capsys.readouterr().err and "old" in page.read_text()
+    assert sync({page: new}, tmp_path, check=False, command="regen") == 0 and page.read_text() == new
+    assert sync({page: new}, tmp_path, check=True, command="regen") == 0
