@@ -9,18 +9,19 @@ from pathlib import Path
 
 
 def _train_parser(sub):
-    p = sub.add_parser("train", help="train with RLVR (resumes if --out holds a checkpoint)")
+    p = sub.add_parser("train", help="train with RLVR (resumes if --out holds a checkpoint)",
+                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=settings_help())
     p.add_argument("--config", help="YAML config file")
     p.add_argument("--model", help="local checkpoint directory (default: the embedded warm-started base)")
-    p.add_argument("--steps", type=int)
-    p.add_argument("--seed", type=int)
+    p.add_argument("--steps", type=int, help=_help("steps"))
+    p.add_argument("--seed", type=int, help=_help("seed"))
     p.add_argument("--out", help="run directory (metrics.jsonl, checkpoint.pt, model/)")
     p.add_argument("--planner", help="planner spec, e.g. uniform, dapo, greso+ar3po")
-    p.add_argument("--advantage")
-    p.add_argument("--loss")
-    p.add_argument("--loss-agg", dest="loss_agg")
-    p.add_argument("--correction")
-    p.add_argument("--recompose")
+    p.add_argument("--advantage", help=_help("learner.advantage"))
+    p.add_argument("--loss", help=_help("learner.loss"))
+    p.add_argument("--loss-agg", dest="loss_agg", help=_help("learner.loss_agg"))
+    p.add_argument("--correction", help=_help("learner.correction"))
+    p.add_argument("--recompose", help=_help("learner.recompose"))
     p.add_argument("--task", help="task name (arithmetic, chain, file)")
     p.add_argument("--engine", help="engine that samples: a registered name (torch) or 'module:Class'")
     p.add_argument("--device", help="where the learner and the torch engine run: cpu (default), cuda, cuda:N, "
@@ -43,8 +44,34 @@ def _train_parser(sub):
     return p
 
 
+def _help(key: str) -> str:
+    """A flag's help: the help of the config field it sets."""
+    from .core.settings import settings
+    from .run.config import Config
+
+    return next(s.help for s in settings(Config) if s.key == key)
+
+
+def settings_help() -> str:
+    """Every config field, as `--set` takes it, with its type, default and help (from the dataclasses)."""
+    import textwrap
+
+    from .core.settings import settings
+    from .policy.warmstart import WarmStartConfig
+    from .run.config import Config
+
+    lines = ["settings: every key below is a --set KEY=VALUE (YAML value) and a key of a --config YAML file",
+             "(dotted keys nest: learner.lr=3e-4 is learner: {lr: 3e-4}):", ""]
+    for s in settings(Config, nested={"warmstart": WarmStartConfig}):
+        lines.append(f"  {s.key} ({s.type}, default {s.default!r})")
+        lines += textwrap.wrap(s.help, 100, initial_indent=" " * 6, subsequent_indent=" " * 6)
+    lines += ["", "a component's own options (planner_options.NAME, task_options, learner.loss_options, ...): "
+              "rollwise list --options NAME"]
+    return "\n".join(lines)
+
+
 def _overrides(args) -> dict:
-    import yaml
+    from .run.config import parse_sets
 
     ov = {}
     for key in ("model", "steps", "seed", "out", "planner", "task", "reward", "engine", "mode", "workers",
@@ -56,30 +83,8 @@ def _overrides(args) -> dict:
     for key in ("advantage", "loss", "loss_agg", "correction", "recompose"):
         if getattr(args, key, None) is not None:
             ov[f"learner.{key}"] = getattr(args, key)
-    for item in args.set:
-        if "=" not in item:
-            raise ValueError(f"--set {item!r}: expected KEY=VALUE")
-        k, v = item.split("=", 1)
-        if not k.strip() or any(not part for part in k.split(".")):
-            raise ValueError(f"--set {item!r}: expected KEY=VALUE with a key such as learner.lr")
-        ov[k] = _parse_value(v)
+    ov.update(parse_sets(args.set))
     return ov
-
-
-def _parse_value(text: str):
-    """YAML value, except that numbers like 3e-4 (a string to YAML 1.1) are numbers."""
-    import yaml
-
-    try:
-        v = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ValueError(f"--set value {text!r}: not a YAML value ({str(e).splitlines()[0]})") from None
-    if isinstance(v, str):
-        try:
-            return float(text)
-        except ValueError:
-            pass
-    return v
 
 
 def cmd_train(args) -> int:
@@ -167,6 +172,13 @@ def cmd_export(args) -> int:
 def cmd_list(args) -> int:
     from .core import registry
 
+    if args.options:  # one component in full: options, types, defaults, paper
+        from .core.describe import describe, find
+
+        print("\n\n".join(describe(e) for e in find(args.options, args.kind)))
+        return 0
+    if args.kind:
+        raise ValueError("--kind selects among components of one name: use it with --options NAME")
     for kind in registry.KINDS:
         entries = registry.entries(kind)
         print(f"{kind} ({len(entries)})")
@@ -219,7 +231,9 @@ def main(argv=None) -> int:
                                       "checkpoint (AutoModelForCausalLM.from_pretrained loads it)")
     px.add_argument("--model", required=True, help="a checkpoint directory, or a run directory (uses DIR/model)")
     px.add_argument("--out", required=True, help="a new (or empty) directory")
-    sub.add_parser("list", help="every registered component, by kind, with provenance")
+    pl = sub.add_parser("list", help="every registered component, by kind, with provenance")
+    pl.add_argument("--options", metavar="NAME", help="one component's options (types, defaults) and its paper")
+    pl.add_argument("--kind", help="with --options: the kind, where a name has several (e.g. gpg: advantage, loss)")
     from .bench.cli import add_bench_parser
     add_bench_parser(sub)
     try:  # the simulator registers its own subcommand

@@ -63,14 +63,9 @@ def cmd_bench(args) -> int:
         bad = [m for m in kw["mixes"] if m not in mixes]
         if bad:
             raise ValueError(f"unknown mix {bad[0]!r} for task {args.task!r}; available: {', '.join(mixes)}")
-    from ..cli import _parse_value
+    from ..run.config import parse_sets
 
-    extra = {}
-    for item in args.set:
-        if "=" not in item:
-            raise ValueError(f"--set {item!r}: expected KEY=VALUE")
-        k, v = item.split("=", 1)
-        extra[k] = _parse_value(v)
+    extra = parse_sets(args.set)
     cfg = BenchConfig(out=args.out, extra=extra, **kw)
     if "uniform" not in cfg.planners:
         cfg.planners = ["uniform"] + cfg.planners

@@ -6,6 +6,10 @@ Each entry carries a provenance tag, shown by `rollwise list`:
   summary, INF = inferred by rollwise (not paper-verified). Mixed methods give e.g. "CODE+INF".
 The tables are filled at import time and never mutated afterwards.
 
+Facts about a component that the rest of rollwise acts on live on its entry, as keywords of `@register`
+(e.g. `needs_groups=True` on an advantage estimator that compares the rollouts of a group), never in a
+hand-kept list elsewhere; read them with `get(kind, name).facts`.
+
 A name of the form `module.path:Attr` loads a user's own component by import path (e.g.
 `--planner mypkg.sel:MyPlanner`, `--engine mypkg.eng:MyEngine`), so rollwise is extended without
 forking it. Module paths are resolved from the current directory first.
@@ -16,7 +20,7 @@ import importlib
 import inspect
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 KINDS = ("planner", "advantage", "loss", "aggregation", "correction", "recompose", "engine", "task", "shaping")
@@ -29,14 +33,18 @@ class Entry:
     obj: Any
     provenance: str
     summary: str
+    paper: str = ""  # the paper it comes from (title, authors, arXiv id), where the entry names it
+    facts: dict = field(default_factory=dict)  # what a host acts on, e.g. {"needs_groups": True}
 
 
 _TABLES: dict[str, dict[str, Entry]] = {k: {} for k in KINDS}
 
 
-def register(kind: str, name: str, provenance: str = "INF", summary: str = "") -> Callable:
+def register(kind: str, name: str, provenance: str = "INF", summary: str = "", paper: str = "",
+             **facts) -> Callable:
     """Register `obj` as `kind`/`name`. A registered class gets `name` and `provenance` as class
-    attributes, so a component states them once, here."""
+    attributes, so a component states them once, here. `facts` are what other code needs to know about
+    the component (`needs_groups=True`), read from the entry."""
     if kind not in _TABLES:
         raise ValueError(f"unknown registry kind {kind!r}; expected one of {KINDS}")
 
@@ -46,7 +54,7 @@ def register(kind: str, name: str, provenance: str = "INF", summary: str = "") -
         doc = summary or (obj.__doc__ or "").strip().splitlines()[0] if (summary or obj.__doc__) else ""
         if isinstance(obj, type):
             obj.name, obj.provenance = name, provenance
-        _TABLES[kind][name] = Entry(kind, name, obj, provenance, doc)
+        _TABLES[kind][name] = Entry(kind, name, obj, provenance, doc, paper, dict(facts))
         return obj
 
     return deco

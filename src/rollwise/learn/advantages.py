@@ -12,6 +12,8 @@ Conventions shared by every estimator here:
   that rounding error by (std + eps) gave all-equal groups advantages up to 0.19 that `drop_zero_adv`
   then kept. (Estimators that whiten over the whole batch afterwards, gd2po and reinforce++-baseline,
   shift those zeros by the batch mean, as verl does.)
+- `@register(..., needs_groups=True)`: the estimator compares the rollouts of a group, so a run with n < 2
+  is refused when its config loads; `needs_groups=False`: it learns from single rollouts.
 - `batch_input(batch)` fills every input a Batch itself holds: PVPO's reference pass rates when a
   planner measured them, GD2PO's reward components when every rollout carries them, TreePO's node
   paths (`Rollout.meta["tree_path"]`). State kept across
@@ -149,7 +151,7 @@ def _require(inp: AdvInput, field: str, method: str, how: str) -> torch.Tensor:
 
 # ---- group-mean family ---------------------------------------------------------------------
 
-@register("advantage", "grpo", provenance="CODE",
+@register("advantage", "grpo", needs_groups=True, provenance="CODE",
           summary="GRPO: (r - group mean) / (group std + eps); scale_std=False drops the std")
 def grpo(inp: AdvInput, scale_std: bool = True, eps: float = 1e-6) -> torch.Tensor:
     """GRPO (Shao et al., 2024, "DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open
@@ -166,7 +168,7 @@ def _grpo64(r: torch.Tensor, g: torch.Tensor, G: int, scale_std: bool = True, ep
     return adv.masked_fill(group_flat(r, g, G), 0.0)
 
 
-@register("advantage", "dr-grpo", provenance="CODE",
+@register("advantage", "dr-grpo", needs_groups=True, provenance="CODE",
           summary="Dr. GRPO: r - group mean, no std division (pair with seq-mean-token-sum-norm)")
 def dr_grpo(inp: AdvInput) -> torch.Tensor:
     """Dr. GRPO (Liu et al., 2025, "Understanding R1-Zero-Like Training: A Critical Perspective",
@@ -176,7 +178,7 @@ def dr_grpo(inp: AdvInput) -> torch.Tensor:
     return grpo(inp, scale_std=False)
 
 
-@register("advantage", "rloo", provenance="CODE+INF",
+@register("advantage", "rloo", needs_groups=True, provenance="CODE+INF",
           summary="RLOO: r_i - mean of the other rollouts of the group = n/(n-1) (r_i - mean)")
 def rloo(inp: AdvInput) -> torch.Tensor:
     """RLOO (Ahmadian et al., 2024, "Back to Basics: Revisiting REINFORCE Style Optimization for
@@ -189,7 +191,7 @@ def rloo(inp: AdvInput) -> torch.Tensor:
     return _as_rewards(adv.masked_fill(group_flat(r, g, G), 0.0), inp)
 
 
-@register("advantage", "gpg", provenance="CODE",
+@register("advantage", "gpg", needs_groups=True, provenance="CODE",
           summary="GPG: alpha (r - group mean) / f_norm, alpha = N / #rollouts with a nonzero reward")
 def gpg(inp: AdvInput, f_norm: float = 1.0) -> torch.Tensor:
     """GPG (Chu et al., 2025, "GPG: A Simple and Strong Reinforcement Learning Baseline for Model
@@ -214,7 +216,7 @@ def _token_mask(inp: AdvInput) -> torch.Tensor:
     return inp.mask_NT.double()
 
 
-@register("advantage", "reinforce++", provenance="CODE",
+@register("advantage", "reinforce++", needs_groups=False, provenance="CODE",
           summary="REINFORCE++: discounted return of the outcome reward, whitened over the batch's tokens")
 def reinforce_pp(inp: AdvInput, gamma: float = 1.0) -> torch.Tensor:
     """REINFORCE++ (Hu, 2025, "REINFORCE++: A Simple and Efficient Approach for Aligning Large Language
@@ -231,7 +233,7 @@ def reinforce_pp(inp: AdvInput, gamma: float = 1.0) -> torch.Tensor:
     return _as_rewards(masked_whiten(returns_NT, m) * m, inp)
 
 
-@register("advantage", "reinforce++-baseline", provenance="CODE",
+@register("advantage", "reinforce++-baseline", needs_groups=True, provenance="CODE",
           summary="REINFORCE++-baseline: r - group mean, then whitened over the batch's tokens")
 def reinforce_pp_baseline(inp: AdvInput) -> torch.Tensor:
     """REINFORCE++ with a group baseline (Hu, 2025, arXiv 2501.03262, "REINFORCE++-baseline").
@@ -298,7 +300,7 @@ def treepo(inp: AdvInput, weight: str = "average", skip_flat: bool = False) -> t
 
 # ---- robust baselines ----------------------------------------------------------------------
 
-@register("advantage", "mc-grpo", provenance="CODE+INF",
+@register("advantage", "mc-grpo", needs_groups=True, provenance="CODE+INF",
           summary="MC-GRPO: (r - median) / (MAD + 1e-3), the median rollout (pivot) gets 0")
 def mc_grpo(inp: AdvInput, mad_eps: float = 1e-3, mad_zero: str = "eps") -> torch.Tensor:
     """MC-GRPO, median-centred GRPO with G+1 rollouts and the pivot excluded (arXiv 2601.22582; title
@@ -339,7 +341,7 @@ def mc_grpo(inp: AdvInput, mad_eps: float = 1e-3, mad_zero: str = "eps") -> torc
     return _as_rewards(adv, inp)
 
 
-@register("advantage", "gapo", provenance="CODE+INF",
+@register("advantage", "gapo", needs_groups=True, provenance="CODE+INF",
           summary="GAPO: baseline = median of the tightest window holding ceil(tau*n) sorted rewards")
 def gapo(inp: AdvInput, tau: float = 0.5, find_method: str = "median", scale_std: bool = True,
          eps: float = 1e-6) -> torch.Tensor:
@@ -454,7 +456,7 @@ def ktae_key_scores(ids_M: torch.Tensor, row_M: torch.Tensor, correct_n: torch.T
     return U, K
 
 
-@register("advantage", "ktae", provenance="CODE",
+@register("advantage", "ktae", needs_groups=True, provenance="CODE",
           summary="KTAE: GRPO advantage + per-token key score from Fisher/IG/Cohen's h/BM25 statistics")
 def ktae(inp: AdvInput, alpha: float = 1.0, beta_ig: float = 1.0, tf_term: bool = True, top: float = 1.0,
          k1: float = 2.0, b: float = 0.5, zero_token_ids: tuple | list = (), correct_threshold: float = 0.0,
@@ -500,7 +502,7 @@ def ktae(inp: AdvInput, alpha: float = 1.0, beta_ig: float = 1.0, tf_term: bool 
 
 # ---- baselines from outside the group ------------------------------------------------------
 
-@register("advantage", "pvpo", provenance="SEC",
+@register("advantage", "pvpo", needs_groups=False, provenance="SEC",
           summary="PVPO: r - reference policy's mean reward for the prompt (static anchor), no std")
 def pvpo(inp: AdvInput) -> torch.Tensor:
     """PVPO (Feng et al., 2025, "PVPO: Pre-Estimated Value-Based Policy Optimization for Agentic
@@ -569,7 +571,7 @@ class BetaBaseline:
         self.ab = {int(k): (float(a), float(b)) for k, (a, b) in s["ab"].items()}
 
 
-@register("advantage", "mssr", provenance="SEC+INF",
+@register("advantage", "mssr", needs_groups=False, provenance="SEC+INF",
           summary="MSSR: single-rollout A = r - tracked baseline, batch-normalised, + clipped entropy bonus")
 @tracks(BetaBaseline)
 def mssr(inp: AdvInput, kappa1: float = 0.4, kappa2: float = 2.0, normalize: bool = True,
@@ -597,7 +599,7 @@ def mssr(inp: AdvInput, kappa1: float = 0.4, kappa2: float = 2.0, normalize: boo
 
 # ---- multi-reward: GD2PO -------------------------------------------------------------------
 
-@register("advantage", "gd2po", provenance="CODE+INF",
+@register("advantage", "gd2po", needs_groups=True, provenance="CODE+INF",
           summary="GD2PO: per-component GRPO advantages, mask sign-conflicted rollouts, whiten kept tokens")
 def gd2po(inp: AdvInput, conflict: str = "snr", tau: float = 0.2, eps: float = 1e-6,
           tol: float = 1e-8) -> torch.Tensor:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..core import registry
+from ..core.settings import setting
 from ..core.types import Batch
 from .advantages import batch_input
 from .corrections import CorrectionInput
@@ -26,30 +27,36 @@ from .losses import KL_ESTIMATORS, AggTotals, LossInput, kl_penalty
 
 @dataclass
 class LearnerConfig:
-    lr: float = 1e-4
-    weight_decay: float = 0.0
-    betas: tuple[float, float] = (0.9, 0.999)
-    grad_clip: float = 1.0
-    minibatches: int = 2  # optimizer steps per rollout batch
-    epochs: int = 1  # passes over the rollout batch
-    micro_batch_rows: int = 128  # rows per forward/backward (memory only; results do not change)
-    advantage: str = "grpo"
-    advantage_options: dict = field(default_factory=dict)  # "tracker": options of the estimator's tracker
-    loss: str = "ppo-clip"
-    loss_options: dict = field(default_factory=dict)
-    loss_agg: str = "token-mean"
-    loss_agg_options: dict = field(default_factory=dict)
-    correction: str = "none"
-    correction_options: dict = field(default_factory=dict)
-    recompose: str = "none"  # batch recomposition between Replay and the learner (RoRecomp, Shuffle-R1)
-    recompose_options: dict = field(default_factory=dict)  # "advantage"/"advantage_options" override the above
-    kl_coef: float = 0.0  # KL(pi_theta || pi_ref) penalty, aggregated like the loss; needs a reference policy
-    kl_estimator: str = "k3"  # verl's kl_loss_type names: k1|kl, abs, k2|mse, k3|low_var_kl, "+" = k2 gradient
+    lr: float = setting(1e-4, "AdamW learning rate")
+    weight_decay: float = setting(0.0, "AdamW weight decay")
+    betas: tuple[float, float] = setting((0.9, 0.999), "AdamW betas, two numbers in [0, 1)")
+    grad_clip: float = setting(1.0, "clip the gradient's global norm to this (inf: no clipping)")
+    minibatches: int = setting(2, "optimizer steps per rollout batch")
+    epochs: int = setting(1, "passes over the rollout batch")
+    micro_batch_rows: int = setting(128, "rows per forward/backward (memory only; results do not change)")
+    advantage: str = setting("grpo", "advantage estimator (`rollwise list`), e.g. grpo, rloo, mc-grpo")
+    advantage_options: dict = setting(help="the estimator's options; \"tracker\": options of the estimator's "
+                                           "tracker (state kept across batches, e.g. MSSR's)", factory=dict)
+    loss: str = setting("ppo-clip", "policy loss, e.g. ppo-clip, gspo, cispo")
+    loss_options: dict = setting(help="the loss's options, e.g. {clip_low: 0.2, clip_high: 0.28}", factory=dict)
+    loss_agg: str = setting("token-mean", "how token losses are aggregated, e.g. token-mean, seq-mean-token-mean")
+    loss_agg_options: dict = setting(help="the aggregation's options", factory=dict)
+    correction: str = setting("none", "off-policy correction, e.g. tis-token, areal-decoupled (none: off)")
+    correction_options: dict = setting(help="the correction's options", factory=dict)
+    recompose: str = setting("none", "batch recomposition between Replay and the learner: rorecomp, shuffle-r1 "
+                                     "(none: off)")
+    recompose_options: dict = setting(help="the recomposer's options; \"advantage\"/\"advantage_options\" "
+                                           "override the learner's estimator for it", factory=dict)
+    kl_coef: float = setting(0.0, "KL(pi_theta || pi_ref) penalty, aggregated like the loss; > 0 needs a "
+                                  "reference policy")
+    kl_estimator: str = setting("k3", "verl's kl_loss_type names: k1|kl, abs, k2|mse, k3|low_var_kl; a "
+                                      "trailing + uses the k2 gradient")
     # Skip rows whose advantage is 0 everywhere: without a KL term they carry no gradient. They also
     # leave the denominators (token-mean counts only the rows kept). Ignored when kl_coef > 0, where
     # such a row still carries the KL gradient.
-    drop_zero_adv: bool = True
-    recompute_old: bool = True  # pi_old from a fresh forward (else: use the behaviour log-probs mu)
+    drop_zero_adv: bool = setting(True, "skip rows whose advantage is 0 everywhere (they carry no gradient "
+                                        "without KL; ignored when kl_coef > 0)")
+    recompute_old: bool = setting(True, "pi_old from a fresh forward pass (false: the behaviour log-probs mu)")
 
 
 class Learner:

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..core.settings import setting
 from ..tasks.reward import Scorer
 from .policy import Policy
 from .tiny import TinyConfig, TinyGPT
@@ -41,18 +42,19 @@ SHIPPED = Path(__file__).resolve().parent.parent / "assets" / "bases"
 
 @dataclass
 class WarmStartConfig:
-    steps: int = 600  # past the supervised jump (0.07 held-out at 250 steps, 0.58 at 500)
-    batch_size: int = 64
-    lr: float = 1e-3
-    warmup: int = 50
-    seed: int = 0
-    n_layer: int = 4
-    n_head: int = 4
-    n_embd: int = 128
-    block_size: int = 64  # the model's context (prompt + response tokens)
-    # characters added to the tiny tokenizer's alphabet beyond `CHARS` (a file task's base also gets every
-    # character of its rows): e.g. ones the model should be able to write that the data lacks
-    extra_chars: str = ""
+    # 600 steps: past the supervised jump (0.07 held-out at 250 steps, 0.58 at 500)
+    steps: int = setting(600, "supervised steps of the warm start that builds a base model")
+    batch_size: int = setting(64, "warm start: examples per step")
+    lr: float = setting(1e-3, "warm start: learning rate")
+    warmup: int = setting(50, "warm start: linear warm-up steps")
+    seed: int = setting(0, "warm start: seed of the initial weights and the example order")
+    n_layer: int = setting(4, "tiny model: layers")
+    n_head: int = setting(4, "tiny model: attention heads")
+    n_embd: int = setting(128, "tiny model: width (a multiple of n_head)")
+    block_size: int = setting(64, "tiny model: context in tokens (prompt + response)")
+    # a file task's base also gets every character of its rows
+    extra_chars: str = setting("", "characters added to the tiny tokenizer's alphabet (e.g. ones the model "
+                                   "should be able to write that the data lacks)")
 
 
 def default_cache_dir() -> Path:

@@ -15,51 +15,61 @@ from pathlib import Path
 
 import yaml
 
+from ..core.settings import setting
 from ..learn.learner import LearnerConfig
 from ..policy.warmstart import WarmStartConfig
 
 
 @dataclass
 class Config:
-    out: str = "runs/default"
-    model: str | None = None  # local checkpoint directory; None = the embedded warm-started base
-    task: str = "arithmetic"
-    task_options: dict = field(default_factory=dict)
-    planner: str = "uniform"  # e.g. "greso+ar3po"
-    planner_options: dict = field(default_factory=dict)  # {component name: {kwarg: value}}
-    steps: int = 150
-    batch_size: int = 32  # prompts (groups) per train step
-    n: int = 8  # default samples per prompt
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_new_tokens: int | None = None  # None: the task's default (its `max_new_tokens` attribute), else 10
-    engine: str = "torch"  # a registered engine, or 'module:Class'
-    mode: str = "sync"  # "sync": one step at a time; "async": Ray rollout workers ahead of the learner
-    workers: int = 1  # async: rollout workers (Ray actors), each with its own engine and policy copy; 0: one in-process worker, no Ray
-    # the bound on a trained token's age in policy updates (run/staleness.py): async mode always (1 when
-    # unset); the synchronous loop only when set (it then bounds partial rows resumed across steps)
-    max_staleness: int | None = None
-    engine_options: dict = field(default_factory=dict)  # extra keyword arguments for the engine
-    device: str = "cpu"  # where the policy (learner, torch engine) lives: cpu, cuda, cuda:N, auto (cuda if available)
-    seed: int = 0
-    budget_tokens: int = 0  # stop once this many generated tokens are spent (0 = no limit)
-    eval_every: int = 10  # steps between held-out evaluations (0: off unless eval_every_tokens is set)
-    eval_every_tokens: int = 0  # also evaluate at the first step after each multiple of this many tokens
-    eval_size: int = 0  # held-out prompts per evaluation (0 = all)
-    eval_k: int = 0  # pass@k with k samples per held-out prompt (0 = off)
-    eval_samples: int = 0  # samples per prompt for pass@k (>= k)
-    checkpoint_every: int = 10
-    reward: str | None = None  # "module:function" user reward, called as fn(response, answer); or "math"
-    reward_options: dict = field(default_factory=dict)  # the built-in "math" reward's: {"extract": "auto"}
-    reward_timeout_s: float = 5.0  # seconds one call of the reward worker (a group's rollouts) may take
-    reward_memory_mb: int = 4096  # address-space limit of the reward worker process (0 = none)
-    reward_shaping: str | None = None  # a registered `shaping` added to every scored reward, e.g. "overlong"
-    reward_shaping_options: dict = field(default_factory=dict)
-    loggers: list[str] = field(default_factory=lambda: ["jsonl"])  # + "tensorboard", "wandb"; jsonl always written
-    max_skipped_steps: int = 3  # stop once this many steps in a row had a non-finite loss or gradient
-    learner: LearnerConfig = field(default_factory=LearnerConfig)
+    out: str = setting("runs/default", "run directory: metrics.jsonl, checkpoint.pt, config.json, model/")
+    model: str | None = setting(None, "local checkpoint directory (a Hugging Face causal LM with its tokenizer); "
+                                      "none: the task's embedded warm-started base")
+    task: str = setting("arithmetic", "a registered task (arithmetic, chain, file) or 'module:Class'")
+    task_options: dict = setting(help="the task's options, e.g. train_path, heldout_path (`rollwise list "
+                                      "--options file`)", factory=dict)
+    planner: str = setting("uniform", "planner spec: components joined by +, e.g. greso+ar3po")
+    planner_options: dict = setting(help="{component name: {option: value}}", factory=dict)
+    steps: int = setting(150, "train steps (a budget may stop the run earlier)")
+    batch_size: int = setting(32, "prompts (groups) per train step")
+    n: int = setting(8, "samples per prompt unless the planner sizes groups itself")
+    temperature: float = setting(1.0, "sampling temperature")
+    top_p: float = setting(1.0, "nucleus sampling threshold, in (0, 1]")
+    max_new_tokens: int | None = setting(None, "response length limit (none: the task's default, else 10)")
+    engine: str = setting("torch", "a registered engine (torch, vllm) or 'module:Class'")
+    mode: str = setting("sync", "sync: one step at a time; async: Ray rollout workers run ahead of the learner")
+    workers: int = setting(1, "async: rollout workers (Ray actors), each with its own engine and policy copy; "
+                              "0: one worker in this process, without Ray")
+    max_staleness: int | None = setting(None, "the bound on a trained token's age in policy updates "
+                                              "(run/staleness.py): async mode always (1 when unset); the sync "
+                                              "loop only when set (it then bounds resumed partial rows)")
+    engine_options: dict = setting(help="extra keyword arguments for the engine", factory=dict)
+    device: str = setting("cpu", "where the learner and the torch engine run: cpu, cuda, cuda:N, auto (cuda if "
+                                 "available)")
+    seed: int = setting(0, "seed of every random stream of the run")
+    budget_tokens: int = setting(0, "stop once this many generated tokens are spent (0: no limit)")
+    eval_every: int = setting(10, "steps between held-out evaluations (0: off unless eval_every_tokens is set)")
+    eval_every_tokens: int = setting(0, "also evaluate at the first step after each multiple of this many "
+                                        "generated tokens (0: off)")
+    eval_size: int = setting(0, "held-out prompts per evaluation (0: all)")
+    eval_k: int = setting(0, "pass@k with k samples per held-out prompt (0: off)")
+    eval_samples: int = setting(0, "samples per held-out prompt for pass@k (>= eval_k)")
+    checkpoint_every: int = setting(10, "steps between checkpoints")
+    reward: str | None = setting(None, "user reward 'module:function', called as fn(response, answer), or 'math' "
+                                       "(math-verify); none: the task's own check")
+    reward_options: dict = setting(help="the built-in 'math' reward's: {extract: auto|boxed|####|number}",
+                                   factory=dict)
+    reward_timeout_s: float = setting(5.0, "seconds one call of the reward worker (a group's rollouts) may take")
+    reward_memory_mb: int = setting(4096, "address-space limit of the reward worker process in MB (0: none)")
+    reward_shaping: str | None = setting(None, "a registered shaping added to every scored reward, e.g. overlong")
+    reward_shaping_options: dict = setting(help="the shaping's options", factory=dict)
+    loggers: list[str] = setting(help="jsonl (always written), tensorboard, wandb",
+                                 factory=lambda: ["jsonl"])
+    max_skipped_steps: int = setting(3, "stop once this many steps in a row had a non-finite loss or gradient")
+    learner: LearnerConfig = setting(help="the learner's settings", factory=LearnerConfig)
     # None: WarmStartConfig() with the task's `warmstart_defaults` on top (the keys a user sets win)
-    warmstart: WarmStartConfig | None = None
+    warmstart: WarmStartConfig | None = setting(None, "the warm start that builds a base when no model is given "
+                                                      "(default: the task's own settings)")
 
     def __post_init__(self):
         # A task may declare the response length and the warm-start settings it needs (a long-response
@@ -131,6 +141,35 @@ def load_config(path: str | Path | None = None, overrides: dict | None = None) -
     return cfg
 
 
+def parse_sets(items: list[str]) -> dict:
+    """`--set KEY=VALUE` items (train, eval, warmstart, bench and sim alike) -> {dotted key: value}. The value
+    is YAML (`[1, 2]`, `true`, `{a: 1}`), except that numbers YAML 1.1 reads as strings (3e-4) are numbers.
+    A malformed item is one error naming it."""
+    out = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep:
+            raise ValueError(f"--set {item!r}: expected KEY=VALUE")
+        if not key.strip() or any(not part for part in key.split(".")):
+            raise ValueError(f"--set {item!r}: expected KEY=VALUE with a key such as learner.lr")
+        out[key] = parse_value(text)
+    return out
+
+
+def parse_value(text: str):
+    """A `--set` value: YAML, except that numbers like 3e-4 (a string to YAML 1.1) are numbers."""
+    try:
+        v = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ValueError(f"--set value {text!r}: not a YAML value ({str(e).splitlines()[0]})") from None
+    if isinstance(v, str):
+        try:
+            return float(text)
+        except ValueError:
+            pass
+    return v
+
+
 def validate(cfg: Config) -> None:
     """Every field has its type and range, every component name resolves and every `*_options` key is a
     parameter of its component (with a value of the parameter's type), checked before any work is done:
@@ -174,10 +213,11 @@ def validate(cfg: Config) -> None:
     registry.check_options(adv, adv_opts, "learner.advantage_options", skip=1, label=L.advantage)
     check_option_types(adv, adv_opts, "learner.advantage_options")
     estimator = L.recompose_options.get("advantage", L.advantage) if L.recompose != "none" else L.advantage
-    if cfg.n < 2 and estimator in GROUP_ESTIMATORS:
+    if cfg.n < 2 and registry.get("advantage", estimator).facts.get("needs_groups"):
+        single = [e.name for e in registry.entries("advantage") if e.facts.get("needs_groups") is False]
         raise ValueError(f"n must be >= 2 with advantage {estimator!r}, got {cfg.n}: it compares rollouts within a "
                          "group, so groups of one rollout all get advantage 0 and nothing is learned "
-                         f"(estimators without groups: {', '.join(sorted(SINGLE_ESTIMATORS))})")
+                         f"(estimators without groups: {', '.join(single)})")
     if tracker is not None:
         if getattr(adv, "tracker", None) is None:
             raise ValueError(f"learner.advantage_options.tracker: advantage {L.advantage!r} keeps no state "
@@ -220,10 +260,6 @@ def check_imported_kinds(cfg: Config) -> None:
 
 
 # ---- types and ranges of every field ---------------------------------------------------------------
-
-# Estimators that compare the rollouts of a group: with n = 1 every advantage would be 0.
-GROUP_ESTIMATORS = {"grpo", "dr-grpo", "rloo", "gpg", "reinforce++-baseline", "mc-grpo", "gapo", "ktae", "gd2po"}
-SINGLE_ESTIMATORS = {"reinforce++", "pvpo", "mssr"}
 
 
 def _finite_ge0(v):

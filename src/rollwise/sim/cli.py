@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import typing
 from dataclasses import fields
 
 
@@ -38,6 +39,7 @@ def add_sim_parser(sub) -> argparse.ArgumentParser:
 
 
 def build_config(args):
+    from ..run.config import conform, parse_sets
     from .profiles import profile_configs
     from .runner import SimConfig
 
@@ -48,15 +50,14 @@ def build_config(args):
                     population=population, dynamics=dynamics)
     if args.clusters is not None:
         cfg.population.clusters = args.clusters
-    for item in args.set:
-        key, sep, value = item.partition("=")
+    for key, value in parse_sets(args.set).items():  # the same KEY=VALUE syntax as train and bench
         section, _, name = key.partition(".")
         target = getattr(cfg, section, None) if section in ("population", "dynamics", "timing") else None
-        if not sep or target is None or name not in {f.name for f in fields(target)}:
-            raise ValueError(f"--set {item!r}: expected population.KEY=V, dynamics.KEY=V or timing.KEY=V "
-                             f"with a known KEY")
-        kind = type(getattr(target, name))
-        setattr(target, name, kind(float(value)) if kind is int else kind(value))
+        if target is None or name not in {f.name for f in fields(target)}:
+            raise ValueError(f"--set {key!r}: unknown key; expected population.KEY, dynamics.KEY or timing.KEY "
+                             "with a known KEY")
+        hint = typing.get_type_hints(type(target))[name]
+        setattr(target, name, conform(value, hint, f"--set {key}"))
     return cfg
 
 

@@ -1,0 +1,89 @@
+"""The README stays short and its generated parts match the records; the docs pages generated from the
+code match it; the README's first two commands stay exactly what a fresh clone runs."""
+import importlib.util
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def load(path: str):
+    spec = importlib.util.spec_from_file_location(Path(path).stem, ROOT / path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_readme_is_short_and_its_results_slot_is_what_update_readme_writes():
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) < 250
+    update = load("benchmarks/update_readme.py")
+    for path, rendered in update.rendered().items():
+        assert path.read_text() == rendered, f"{path.name} is stale: run python benchmarks/update_readme.py"
+    for slot in ("## The two commands", "## A first run, explained", "## Results", "## Where to go next"):
+        assert slot in text
+
+
+def test_readme_summary_labels_the_task2_composition_exploratory():
+    update = load("benchmarks/update_readme.py")
+    rows = {line.split("|")[2].strip(): line for line in update.summary().splitlines() if line.startswith("| 2 (chain)")}
+    assert "exploratory" in rows["`arrol r3+duet-abort`"] and "2.56 [1.63, 3.36]" in rows["`arrol r3+duet-abort`"]
+    assert "exploratory" not in rows["`duet-abort`"]
+
+
+def test_readme_keeps_the_two_commands_a_fresh_clone_runs():
+    text = (ROOT / "README.md").read_text()
+    assert ("bash scripts/setup.sh && .venv/bin/rollwise bench --quick --out bench-out\n\n"
+            "# 2. Set up, then run the tests (~3–4 min)\n"
+            "bash scripts/setup.sh && .venv/bin/python -m pytest -q\n```") in text
+
+
+def test_readme_links_to_docs_pages_that_exist():
+    import re
+
+    text = (ROOT / "README.md").read_text()
+    links = re.findall(r"\]\((docs/[^)#]+)", text)
+    assert links and all((ROOT / link).exists() for link in links), [l for l in links if not (ROOT / l).exists()]
+
+
+def test_generated_docs_pages_match_the_code():
+    sys.path.insert(0, str(ROOT / "src"))
+    gen = load("scripts/gen_docs.py")
+    for path, text in gen.rendered().items():
+        assert path.read_text() == text, f"{path.name} is stale: run python scripts/gen_docs.py"
+
+
+def test_methods_page_lists_every_registered_component():
+    from rollwise.core import registry
+
+    page = (ROOT / "docs" / "methods.md").read_text()
+    for kind in registry.KINDS:
+        for e in registry.entries(kind):
+            assert f"| `{e.name}` | {e.provenance} |" in page, (kind, e.name)
+
+
+@pytest.mark.skipif(shutil.which("mkdocs", path=str(Path(sys.executable).parent)) is None,
+                    reason="the docs extra is not installed (CI's docs stage installs it)")
+def test_the_site_builds_strict(tmp_path):
+    mkdocs = shutil.which("mkdocs", path=str(Path(sys.executable).parent))
+    out = subprocess.run([mkdocs, "build", "--strict", "--site-dir", str(tmp_path / "site")], cwd=ROOT,
+                         capture_output=True, text=True, env={"NO_MKDOCS_2_WARNING": "1", "PATH": "/usr/bin:/bin",
+                                                              "HOME": str(tmp_path)})
+    assert out.returncode == 0, out.stderr[-3000:]
+
+
+def test_sync_checks_without_writing_and_writes_only_stale_pages(tmp_path, capsys):
+    from rollwise.core.generated import between, sync
+
+    page = tmp_path / "page.md"
+    page.write_text("a\n<!-- b -->\nold\n<!-- e -->\nz\n")
+    new = between(page.read_text(), "<!-- b -->", "<!-- e -->", "new")
+    assert new == "a\n<!-- b -->\n\nnew\n\n<!-- e -->\nz\n"
+    assert sync({page: new}, tmp_path, check=True, command="regen") == 1
+    assert "stale: page.md; run regen" in capsys.readouterr().err and "old" in page.read_text()
+    assert sync({page: new}, tmp_path, check=False, command="regen") == 0 and page.read_text() == new
+    assert sync({page: new}, tmp_path, check=True, command="regen") == 0
