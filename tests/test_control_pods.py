@@ -42,6 +42,22 @@ def test_max_variance_subset_by_hand():
     assert PODS(m=4).finish([small], ctx) == [small]  # at most m rows: trained whole
 
 
+def test_closed_form_matches_brute_force():
+    """The extreme-subset closed form reaches the largest variance of any size-m subset (every subset
+    searched), for 0/1 and graded rewards with ties."""
+    from itertools import combinations
+
+    ctx = make_ctx(pool_size=1)
+    rng = np.random.default_rng(0)
+    for trial in range(60):
+        n = int(rng.integers(3, 9))
+        m = int(rng.integers(2, n))
+        rewards = rng.choice([0.0, 1.0] if trial % 2 else [0.0, 0.25, 0.5, 0.9, 1.0], size=n).tolist()
+        (out,) = PODS(m=m).finish([Group(ctx.pool[0], rewarded(0, rewards))], ctx)
+        best = max(np.var([rewards[i] for i in c]) for c in combinations(range(n), m))
+        assert out.n == m and np.var(out.rewards) == pytest.approx(best, abs=1e-12), (rewards, m)
+
+
 def test_dropped_rows_are_discarded_in_the_ledger():
     """One step, B = 3, n = 8, m = 4: 24 rollouts generated, 12 trained, 12 discarded, each once."""
     ctx, eng = make_sampled_ctx({0: 0.5, 1: 0.25, 2: 1.0}, B=3, n=8)

@@ -1,7 +1,8 @@
 """Knapsack-RL: "Knapsack RL: Unlocking Exploration of LLMs via Optimizing Budget Allocation" (Li, Chen,
-Yang, Ding, Sun, Zhang, Huang, Luo; ByteDance Seed / CUHK-SZ; arXiv 2509.25849). Read from the paper's
-abstract and method summary and from the released allocation module (`sampling_budget_by_knapsack`,
-`solve_by_dp`).
+Yang, Ding, Sun, Zhang, Huang, Luo; ByteDance Seed / CUHK-SZ; arXiv 2509.25849). Read from the
+abstract [ABS], a secondary summary of the method [SEC: sciencestack.ai TL;DR: "Task Value = probability
+of a non-zero gradient x InfoGain, InfoGain(p) ~ p(1-p)^2, solved by dynamic programming"] and the
+released allocation module [CODE: `sampling_budget_by_knapsack`, `solve_by_dp`, `dp_core_numba`].
 
 A uniform n wastes rollouts: a saturated prompt (pass rate 1) and a hopeless one (pass rate 0) both
 give GRPO a zero gradient. Each prompt is a knapsack item whose value depends on how many rollouts
@@ -11,9 +12,9 @@ Rule::
 
     p_i = the prompt's pass rate at its last visit (PromptHistory)          [CODE: reward_states
           never visited -> it keeps the n it came with                        (validity, success_rate)]
-    Value(n, p) = (1 - p^n - (1-p)^n) * p (1-p)^2                             [PAPER + CODE]
+    Value(n, p) = (1 - p^n - (1-p)^n) * p (1-p)^2                             [SEC + CODE]
           P(non-zero gradient with n rollouts) x InfoGain(p) ~ p (1-p)^2
-    cost = 1 per rollout; budget = the sum of the n_i the prompts came with    [PAPER: rollouts;
+    cost = 1 per rollout; budget = the sum of the n_i the prompts came with    [ABS: budgets in rollouts;
           (batch_size x n for a plain planner)                                 CODE: total_budget = B n]
     every visited prompt gets n_min first (p = 0 and p = 1 included)           [CODE: negative_n =
                                                                                 positive_n = min_n]
@@ -32,7 +33,7 @@ Deviations [INF]:
     sum_i Value(n_i, p_i), counting the n_min each item already has.
   * The code compares sum_i min(n_max, c_i) (totals) with the budget left *after* n_min; rollwise
     subtracts the n_min each item already has, so the surplus is what those items do not need.
-  * Cost is rollouts, as in the paper; a token-weighted cost (a prompt's mean length) would make the
+  * Cost is rollouts, as in the abstract and the code; a token-weighted cost (a prompt's mean length) would make the
     budget the step's tokens, not implemented.
   * A budget smaller than n_min per visited prompt is exceeded (n_min is a floor), not an error.
 
@@ -122,7 +123,7 @@ def allocate_knapsack(p: np.ndarray, ns: np.ndarray, n_min: int, n_max: int, alp
     return out
 
 
-@register("planner", "knapsack", provenance="CODE+PAPER+INF",
+@register("planner", "knapsack", provenance="CODE+SEC+INF",
           summary="Knapsack-RL: rollouts per prompt by a knapsack on Value(n,p) under the step's rollout budget")
 class KnapsackRL(Component):
     def __init__(self, n_min: int = 2, n_max: int | None = None, alpha: float = 0.9, fallback: bool = True):

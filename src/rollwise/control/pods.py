@@ -1,20 +1,21 @@
 """PODS: Policy Optimization with Down-Sampling ("Not All Rollouts are Useful: Down-Sampling Rollouts in
-LLM Reinforcement Learning", Xu, Savani, Fang, Kolter; CMU; arXiv 2504.13818). Read from the paper's
-abstract and the method as the issue states it; no official code was found in the stored sources, so
-nothing here is [CODE].
+LLM Reinforcement Learning", Xu, Savani, Fang, Kolter; CMU; arXiv 2504.13818). Read from the abstract
+[ABS] (v1-v4); no official code was found in the stored sources, so nothing here is [CODE]. The closed
+form of the max-variance subset is the one the issue states; tests/test_control_pods.py checks it
+against a brute-force search over every subset.
 
 Generation is cheap and parallel, the update is memory- and communication-bound: roll out many
 samples per prompt, update on an informative subset of each group only.
 
 Rule::
 
-    generate n rollouts per prompt (the n the planner allocated, or `n`)      [PAPER]
-    keep the size-m subset of each group with the largest reward variance    [PAPER: max-variance
+    generate n rollouts per prompt (the n the planner allocated, or `n`)      [ABS]
+    keep the size-m subset of each group with the largest reward variance    [ABS: max-variance
         (a closed form: sort the rewards; the best subset is the k lowest      down-sampling, an
         and the m - k highest for some k; scan the k)                          O(n log n) solution]
     groups of at most m rows train whole                                      [INF]
-    the GRPO advantage is computed over the kept subset (the learner sees     [PAPER: update on the
-        only the new group)                                                    subset]
+    the GRPO advantage is computed over the kept subset (the learner sees     [ABS: "training only on a
+        only the new group)                                                    selected subset"; INF]
 
 The down-sampling is `max_variance_subset` (control/pilot_commit.py, shared with Pilot-Commit's
 pilot trimming and AERO): for 0/1 rewards it keeps m // 2 correct and m - m // 2 wrong rows (topped up
@@ -41,7 +42,7 @@ from .base import Component, StepContext
 from .pilot_commit import max_variance_subset
 
 
-@register("planner", "pods", provenance="PAPER+INF",
+@register("planner", "pods", provenance="ABS+INF",
           summary="PODS: generate n per prompt, train each group's max-reward-variance subset of m rows")
 class PODS(Component):
     def __init__(self, m: int | None = None, n: int | None = None):

@@ -1,10 +1,11 @@
 """SPEED-RL: "SPEED-RL: Faster Training of Reasoning Models via Online Curriculum Learning" (Zhang,
 Arora, Mei, Zanette; UC Berkeley / CMU; arXiv 2506.09016; project page zanette-labs.github.io/speed-rl;
-the training code was not in the stored sources, so nothing here is [CODE]).
+the training code was not in the stored sources, so nothing here is [CODE]). [PAPER] marks what the
+authors' own method text says (their project page, read whole); [SEC] a secondary summary of the paper.
 
 Selective Prompting with Efficient Estimation of Difficulty: a prompt whose pass rate is near 0 or 1
-gives a gradient estimator with a low signal-to-noise ratio (the paper's Theorem: SNR <= 4 N p (1 - p)
-for RLOO with N samples), so SPEED screens each candidate with a few cheap samples and spends the full
+gives a gradient estimator with a low signal-to-noise ratio ([SEC] the paper's Theorem 3.1: SNR <=
+4 N p (1 - p) for RLOO with N samples), so SPEED screens each candidate with a few cheap samples and spends the full
 group only on prompts of intermediate difficulty.
 
 Rule::
