@@ -1,12 +1,13 @@
 """SPEED-RL: "SPEED-RL: Faster Training of Reasoning Models via Online Curriculum Learning" (Zhang,
 Arora, Mei, Zanette; UC Berkeley / CMU; arXiv 2506.09016; project page zanette-labs.github.io/speed-rl;
 the training code was not in the stored sources, so nothing here is [CODE]). [PAPER] marks what the
-authors' own method text says (their project page, read whole); [SEC] a secondary summary of the paper.
+authors' own method text says (their project page, its algorithm section read); [SEC] a secondary
+summary of the paper.
 
 Selective Prompting with Efficient Estimation of Difficulty: a prompt whose pass rate is near 0 or 1
 gives a gradient estimator with a low signal-to-noise ratio ([SEC] the paper's Theorem 3.1: SNR <=
-4 N p (1 - p) for RLOO with N samples), so SPEED screens each candidate with a few cheap samples and spends the full
-group only on prompts of intermediate difficulty.
+4 N p (1 - p) for RLOO with N samples), so SPEED screens each candidate with a few cheap samples and
+spends the full group only on prompts of intermediate difficulty.
 
 Rule::
 
@@ -14,10 +15,12 @@ Rule::
         screen pass rate 0 or 1 -> excluded (not trained this step)           [PAPER]
         otherwise qualified                                                    (p_low < rate < p_high)
     continuation phase: N_cont more samples of each qualified prompt          [PAPER: "N_cont = 20
-        the trained group is the N_init screening + the N_cont continuation    additional completions"]
-        samples (train_screens=True)
-    candidates are screened until B prompts qualify                           [PAPER: the batch is
-                                                                               filled with qualified prompts]
+                                                                               additional completions"]
+        the trained group is the N_init screening + the N_cont continuation    [INF from "additional";
+        samples (train_screens=True)                                            the text read does not say]
+    candidates are screened until B prompts qualify                           [PAPER: low-SNR prompts are
+                                                                               excluded "before creating
+                                                                               training batches"; INF]
 
 How it maps onto the hooks: `select` screens fresh candidates by yielding
 `[Request(p, n_init, purpose="pilot")]` and returns qualified prompts; the planner calls it again while
