@@ -10,7 +10,7 @@ import pytest
 from rollwise.control.base import Planner, build_planner
 from rollwise.core.types import Group
 from rollwise.replay.popo import POPO
-from rollwise.run.driver import staleness
+from rollwise.run.staleness import lag_metrics as staleness
 
 from fakes import R, make_ctx, make_sampled_ctx, run_step
 

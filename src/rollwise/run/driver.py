@@ -28,6 +28,7 @@ from ..core.history import PromptHistory
 from ..core.ledger import Ledger
 from ..core.types import Batch, Group, Request, Rollout
 from ..generate.engine import Finished, run_sync
+from .staleness import lag_metrics
 
 
 NOT_TRAINED = {"train": "discarded", "pilot": "scored", "profile": "scored", "oracle": "scored", "eval": "scored"}
@@ -225,7 +226,7 @@ class StepDriver:
             out.persist = self.history.zero_variance_persistence(ctx.groups.values())  # before recording
             self.history.record(ctx.groups.values(), ctx.step)
         if self.measure_staleness:
-            out.staleness = staleness(assembled.batch, version)
+            out.staleness = lag_metrics(assembled.batch, version)
         return out
 
     def settle(self, assembled: Assembled, ctx: StepContext, partial: bool = False) -> None:
@@ -265,18 +266,3 @@ def _shared_twice(groups: list[Group]) -> int:
                 seen.add(id(pre))
                 pre = pre.meta.get("prefix")
     return twice
-
-
-def staleness(batch: Batch, version: int) -> dict:
-    """Policy lag of the trained rollouts, measured before the update: the learner's version - the
-    oldest version among a rollout's tokens. 0 in synchronous on-policy training; reused and replayed
-    rollouts lag (and so will asynchronous ones)."""
-    n = sum(g.n for g in batch.groups)
-    if not n:
-        return {"staleness_max": 0, "staleness_mean": 0.0}
-    lag_sum, lag_max = 0, 0
-    for g in batch.groups:
-        for v, k in g.versions().items():
-            lag_sum += (version - v) * k
-            lag_max = max(lag_max, version - v)
-    return {"staleness_max": int(lag_max), "staleness_mean": lag_sum / n}

@@ -133,3 +133,18 @@ class StalenessGate:
     @classmethod
     def from_state(cls, s: dict, max_staleness: int | None = None) -> "StalenessGate":
         return cls(s["max_staleness"] if max_staleness is None else max_staleness, s["version"])
+
+
+def lag_metrics(batch, version: int) -> dict:
+    """Policy lag of the trained rollouts, measured before the update: the learner's version - the
+    oldest version among a rollout's tokens. 0 in synchronous on-policy training; reused and replayed
+    rollouts lag (and so will asynchronous ones)."""
+    n = sum(g.n for g in batch.groups)
+    if not n:
+        return {"staleness_max": 0, "staleness_mean": 0.0}
+    lag_sum, lag_max = 0, 0
+    for g in batch.groups:
+        for v, k in g.versions().items():
+            lag_sum += (version - v) * k
+            lag_max = max(lag_max, version - v)
+    return {"staleness_max": int(lag_max), "staleness_mean": lag_sum / n}
