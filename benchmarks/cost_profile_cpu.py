@@ -93,6 +93,7 @@ def validate(steps: int, profile_path: Path) -> dict:
     predicted = units * profile.seconds_per_unit
     measured = float(rows[-1]["wall_s"])
     return {"steps": steps, "counts": counts, "missing": missing, "units": units,
+            "rollouts": rows[-1]["rollouts"],
             "predicted_s_per_step": predicted / steps, "measured_s_per_step": measured / steps,
             "error": predicted / measured - 1}
 
@@ -200,7 +201,10 @@ def yaml_validation(v: dict, c: dict | None) -> str:
         "run": f"{v['steps']} GRPO steps of the embedded default (arithmetic, eval off, one thread)",
         "predicted_s_per_step": round(v["predicted_s_per_step"], 4),
         "measured_s_per_step": round(v["measured_s_per_step"], 4),
-        "error": round(v["error"], 4)}}
+        "error": round(v["error"], 4),
+        # what `rollwise bench --plan --dry-run` estimates a GRPO run's seconds from
+        "measured_s_per_decode_token": round(v["measured_s_per_step"] * v["steps"] / v["counts"]["decode_tokens"], 7),
+        "decode_tokens_per_rollout": round(v["counts"]["decode_tokens"] / v["rollouts"], 3)}}
     if c:
         out["validation_recorded_run"] = {
             "run": str(Path(c["run"]).relative_to(HERE.parent)) if Path(c["run"]).is_relative_to(HERE.parent) else c["run"],
