@@ -159,3 +159,12 @@ def test_a_confirmatory_plan_with_too_few_seeds_for_its_family_is_refused(tmp_pa
     with pytest.raises(planmod.PlanError, match="needs 7..16 seeds .* got 6"):
         planmod.parse_plan(text)
     assert planmod.parse_plan(text.replace("seeds: [0, 1, 2, 3, 4, 5]", "seeds: {start: 1000, count: 7}")).seeds[-1] == 1006
+
+
+def test_a_plan_that_is_not_a_yaml_mapping_is_one_line(tmp_path):
+    with pytest.raises(planmod.PlanError, match="not valid YAML"):
+        planmod.parse_plan("name: [", "plan p")
+    with pytest.raises(planmod.PlanError, match="expected a mapping of plan fields"):
+        planmod.parse_plan("- a\n- b\n", "plan p")
+    with pytest.raises(planmod.PlanError, match="cannot read it"):
+        planmod.load_plan(tmp_path / "missing.yaml")

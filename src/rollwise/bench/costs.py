@@ -65,15 +65,21 @@ def load_profile(spec: str) -> CostProfile:
     return parse_profile(path.read_text(), str(path))
 
 
-def parse_profile(text: str, where: str = "cost profile") -> CostProfile:
+def yaml_mapping(text: str, where: str, expected: str, error: type[ValueError] = ValueError) -> dict:
+    """A YAML document that must be a mapping (yaml.safe_load: no code runs); else a one-line `error`."""
     import yaml
 
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise ValueError(f"{where}: not valid YAML ({' '.join(str(e).split())})") from None
+        raise error(f"{where}: not valid YAML ({' '.join(str(e).split())})") from None
     if not isinstance(doc, dict):
-        raise ValueError(f"{where}: expected a mapping with name, version and ratios")
+        raise error(f"{where}: expected a mapping {expected}")
+    return doc
+
+
+def parse_profile(text: str, where: str = "cost profile") -> CostProfile:
+    doc = yaml_mapping(text, where, "with name, version and ratios")
     for key, typ in (("name", str), ("version", int), ("ratios", dict)):
         if key not in doc:
             raise ValueError(f"{where}: missing field {key!r}")

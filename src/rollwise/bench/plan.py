@@ -125,14 +125,9 @@ def _seeds(v, where: str) -> list[int]:
 def parse_plan(text: str, where: str = "plan") -> Plan:
     """A Plan from YAML text (yaml.safe_load: no code runs), every field checked; a bad plan raises
     PlanError with one line naming the file and the field."""
-    import yaml
+    from .costs import yaml_mapping
 
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise PlanError(f"{where}: not valid YAML ({' '.join(str(e).split())})") from None
-    if not isinstance(doc, dict):
-        raise PlanError(f"{where}: expected a mapping of plan fields ({', '.join(REQUIRED)})")
+    doc = yaml_mapping(text, where, f"of plan fields ({', '.join(REQUIRED)})", PlanError)
     unknown = sorted(set(doc) - TOP_FIELDS)
     if unknown:
         raise PlanError(f"{where}: unknown field {unknown[0]!r}; a plan has {', '.join(sorted(TOP_FIELDS))}")
