@@ -168,3 +168,19 @@ def test_a_plan_that_is_not_a_yaml_mapping_is_one_line(tmp_path):
         planmod.parse_plan("- a\n- b\n", "plan p")
     with pytest.raises(planmod.PlanError, match="cannot read it"):
         planmod.load_plan(tmp_path / "missing.yaml")
+
+
+def test_holm_counts_family_arms_without_results_as_p_one(tmp_path, monkeypatch):
+    """A report made while an arm of the family has no finished runs is as strict as the final one: the
+    missing arm counts in the family with p = 1."""
+    from rollwise.bench import plan_report
+
+    p = planmod.parse_plan(PLAN)
+    out = tmp_path / "out"
+    real = plan_report.load_arm
+    monkeypatch.setattr(plan_report, "load_arm", lambda plan, o, arm: [None] * 6 if arm == "greso" else real(plan, o, arm))
+    planmod.run_plan(p, PLAN.encode(), tmp_path / "plan.yaml", out, log=lambda m: None)
+    s = plan_report.summarize_plan(p, out, power_sims=50)
+    aa = s["arms"]["grpo-aa"]
+    assert s["arms"]["greso"] == {"seeds_paired": 0}
+    assert aa["p_holm"] == pytest.approx(min(1.0, 2 * aa["p"]))  # m = 2, not 1

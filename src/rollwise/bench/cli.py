@@ -110,7 +110,7 @@ def cmd_plan(args) -> int:
     """`rollwise bench --plan PLAN.yaml`: record the plan, run its arms, write its report."""
     from pathlib import Path
 
-    from .plan import load_plan, record_plan, run_plan
+    from .plan import load_plan, record_plan, run_plan, sha256
     from .plan_cost import estimate, format_estimate
     from .plan_report import write_plan_report
 
@@ -124,6 +124,9 @@ def cmd_plan(args) -> int:
     out = Path(args.out or f"bench-{plan.name}")
     if args.dry_run:
         print(format_estimate(plan, estimate(plan, out), "dry run (nothing runs)"))
+        have = out / "plan.sha256"
+        if have.exists() and have.read_text().split()[0] != sha256(raw):
+            print(f"note: {out} holds another plan (sha256 {have.read_text()[:12]}); running this one there is refused")
         return 0
     if args.report_only:
         if not (out / "plan.sha256").exists():

@@ -134,10 +134,13 @@ def summarize_plan(plan: Plan, out: Path, bootstrap_seed: int = 0, power_sims: i
             "rows_per_group_base": float(np.mean([rows_per_group(base[i]["rows"]) for i in paired])),
             "diff_sd": sd, "power": power,
         }
-    fam = [a for a in plan.family if summary["arms"].get(a, {}).get("seeds_paired")]
-    adjusted = stats.holm([summary["arms"][a]["p"] for a in fam]) if fam else []
-    for a, adj in zip(fam, adjusted):
+    # Holm over the whole preregistered family: an arm without results yet counts with p = 1, so a
+    # partial report is never less strict than the final one
+    adjusted = stats.holm([summary["arms"][a].get("p", 1.0) for a in plan.family])
+    for a, adj in zip(plan.family, adjusted):
         d = summary["arms"][a]
+        if not d.get("seeds_paired"):
+            continue
         d["p_holm"] = float(adj)
         d["verdict"] = ("no difference shown" if adj > plan.alpha else
                         "higher" if d["primary"]["diff"] > 0 else "lower")
