@@ -184,3 +184,12 @@ def test_holm_counts_family_arms_without_results_as_p_one(tmp_path, monkeypatch)
     aa = s["arms"]["grpo-aa"]
     assert s["arms"]["greso"] == {"seeds_paired": 0}
     assert aa["p_holm"] == pytest.approx(min(1.0, 2 * aa["p"]))  # m = 2, not 1
+
+
+def test_bad_arm_settings_are_refused_before_the_plan_is_recorded(tmp_path, capsys):
+    text = PLAN.replace("engine: sim\n", "").replace("greso: {planner: greso}", "greso: {planner: greso, set: {batch_size: -4}}")
+    f = write(tmp_path, text)
+    assert main(["bench", "--plan", str(f), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "arms.greso:" in err and "batch_size" in err and err.count("\n") == 1
+    assert not (tmp_path / "out").exists()

@@ -391,6 +391,15 @@ def run_plan(plan: Plan, raw: bytes, plan_path: Path, out: Path, jobs: int = 2, 
     from .runner import run_all
 
     configs = {a: arm_config(plan, a, out, jobs) for a in plan.arms}  # bad task options fail before anything
+    if plan.engine != "sim":  # and bad settings: a plan recorded with them could never run, nor change
+        from ..run.config import load_config
+        from .runner import run_settings
+
+        for arm, cfg in configs.items():
+            try:
+                load_config(None, run_settings(cfg, "default", cfg.planners[0], cfg.seed_values[0]))
+            except ValueError as e:
+                raise PlanError(f"plan {plan_path}: arms.{arm}: {e}") from None
     out.mkdir(parents=True, exist_ok=True)
     with OutLock(out, "bench --plan --out"):
         record_plan(plan, raw, plan_path, out)
