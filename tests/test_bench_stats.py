@@ -158,3 +158,88 @@ def test_verdict_needs_enough_seeds_and_an_interval_that_excludes_the_null():
     assert stats.verdict(-0.01, 0.02, 5) == "no difference shown"
     assert stats.verdict(0.01, 0.03, 2) == "too few seeds"  # however decisive it looks
     assert stats.verdict(1.2, 1.9, 5, null=1.0) == "higher"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Bench 3.0: sign-flip test, Holm, power, compute-to-target
+
+
+def test_sign_flip_p_is_exact_on_small_hand_enumerated_cases():
+    # k = 3, all positive: only the observed pattern and its mirror are as extreme -> 2/8
+    assert stats.sign_flip_p([0.01, 0.02, 0.03]) == pytest.approx(0.25)
+    assert stats.sign_flip_p([5.0, 1.0, 1.0]) == pytest.approx(0.25)  # the size does not matter
+    # d = [1, 2, -1], sum 2; the 8 signed sums are 2, 4, -2, 0, 0, 2, -4, -2 -> |s| >= 2 in 6 of 8
+    assert stats.sign_flip_p([1.0, 2.0, -1.0]) == pytest.approx(0.75)
+    assert stats.sign_flip_p([1.0, -1.0]) == 1.0  # mean 0: every pattern is as extreme
+    # the floor: k seeds all one way give 2 / 2^k, here 2/64
+    assert stats.sign_flip_p(-np.arange(1, 7) / 100) == pytest.approx(2 / 64)
+    with pytest.raises(ValueError, match="at least one"):
+        stats.sign_flip_p([])
+
+
+def test_sign_flip_p_above_16_seeds_is_monte_carlo_close_to_the_exact_value():
+    d = np.random.default_rng(3).normal(0.3, 1.0, size=17)
+    exact = float(np.mean(np.abs(stats.sign_patterns(17) @ d) >= abs(d.sum()) - 1e-12))
+    mc = stats.sign_flip_p(d, np.random.default_rng(0), samples=40_000)
+    assert abs(mc - exact) < 0.01 and 0.01 < exact < 0.99
+    assert mc == stats.sign_flip_p(d, np.random.default_rng(0), samples=40_000)  # seeded
+    with pytest.raises(ValueError, match="generator"):
+        stats.sign_flip_p(d)
+
+
+def test_holm_adjusts_step_down_and_keeps_the_order_of_the_raw_p_values():
+    # sorted 0.01, 0.03, 0.04 -> x3, x2, x1 = 0.03, 0.06, 0.04 -> running max 0.03, 0.06, 0.06
+    assert stats.holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    # 0.01 x 3 = 0.03; 0.04 x 2 = 0.08; 0.5 x 1 = 0.5
+    assert stats.holm([0.04, 0.01, 0.5]) == pytest.approx([0.08, 0.03, 0.5])
+    assert stats.holm([0.6, 0.5]) == pytest.approx([1.0, 1.0])  # 0.5 x 2 = 1.0 (capped), then max
+    assert stats.holm([0.02]) == pytest.approx([0.02])  # a family of one: no correction
+
+
+def test_min_seeds_for_family_is_where_two_over_two_to_the_k_reaches_alpha_over_m():
+    assert stats.min_seeds_for_family(1) == 6  # 2/32 = 0.0625 > 0.05; 2/64 = 0.031 <= 0.05
+    assert stats.min_seeds_for_family(3) == 7  # alpha/m = 0.0167: 2/64 = 0.031 no, 2/128 = 0.0156 yes
+    assert stats.min_seeds_for_family(15) == 10  # 0.00333: 2/512 = 0.0039 no, 2/1024 = 0.00195 yes
+    with pytest.raises(ValueError):
+        stats.min_seeds_for_family(0)
+
+
+def test_power_and_seeds_needed():
+    # no spread: every simulated run has all differences positive, p = 2/2^k, passes from the floor on
+    assert stats.power(0.01, 0.0, k=10, m=15) == 1.0
+    assert stats.power(0.01, 0.0, k=9, m=15) == 0.0  # 2/512 > 0.05/15: no 9-seed run can pass
+    assert stats.seeds_needed(0.01, 0.0, m=15) == {"seeds": 10, "min_seeds": 10, "power": {10: 1.0}}
+    # no effect: passes at about the level tested, alpha/m = 0.05
+    assert stats.power(0.0, 1.0, k=8, sims=2000) < 0.08
+    # effect = 1 s.d. of the differences, family of 1: power rises with seeds and reaches 0.8
+    r = stats.seeds_needed(1.0, 1.0, m=1, sims=400)
+    ks = sorted(r["power"])
+    assert r["seeds"] == ks[-1] and r["power"][ks[-1]] >= 0.8 and 6 <= r["seeds"] <= 16
+    assert all(r["power"][k] < 0.8 for k in ks[:-1])
+    # an effect too small for 16 seeds: no k
+    assert stats.seeds_needed(0.1, 1.0, m=15, sims=200)["seeds"] is None
+
+
+def test_compute_to_target_reads_raw_curves_and_moves_the_target_by_one_standard_error():
+    # GRPO ends at 0.6 and 0.8: target 0.7, its s.e. = sd(0.6, 0.8) / sqrt(2) = 0.1414 / 1.414 = 0.1
+    arm = run([(0, 0.4), (100, 0.65), (200, 0.65)])
+    r = stats.compute_to_target([LINEAR, HIGH], [arm, arm], 200, np.random.default_rng(0), samples=200)
+    assert r["target"] == pytest.approx(0.7) and r["target_se"] == pytest.approx(0.1)
+    assert r["ratio"] == 0.0  # the arm's raw mean curve (0.4, 0.65, 0.65) never reaches 0.7
+    # -1 s.e.: target 0.6; GRPO's mean curve (0.4, 0.5, 0.7) crosses at 150, the arm's at 0.2/0.25*100 = 80
+    assert r["sensitivity"]["-1se"]["ratio"] == pytest.approx(150 / 80)
+    assert r["sensitivity"]["-1se"]["target"] == pytest.approx(0.6)
+    assert r["sensitivity"]["+1se"]["ratio"] == 0.0  # 0.8: out of the arm's reach
+    # raw, not smoothed: a spike counts. Smoothed (k=3), this curve never reaches 0.7 (see above)
+    spiky = run([(0, 0.4), (100, 0.5), (200, 0.9), (300, 0.6)])
+    flat = run([(0, 0.4), (300, 0.7)])
+    r = stats.compute_to_target([flat], [spiky], 300, np.random.default_rng(0), samples=50)
+    # target 0.7 (GRPO at the budget), GRPO reaches it at 300; the spiky arm at 100 + 0.2/0.4*100 = 150
+    assert r["ratio"] == pytest.approx(2.0) and r["target_se"] == 0.0
+
+
+def test_with_x_puts_runs_on_another_cost_axis():
+    rows = stats.with_x(LINEAR, [0, 250, 500])
+    assert stats.auc(rows, 500) == pytest.approx(((0.4 + 0.5) / 2 * 250 + (0.5 + 0.6) / 2 * 250) / 500)
+    with pytest.raises(ValueError, match="2 values for 3 rows"):
+        stats.with_x(LINEAR, [0, 1])

@@ -10,11 +10,19 @@ QUICK = dict(planners=["uniform", "dapo", "greso", "oracle"], seeds=2, budget_to
 
 
 def add_bench_parser(sub) -> None:
-    p = sub.add_parser("bench", help="equal-budget comparison of planners against GRPO")
+    p = sub.add_parser("bench", help="equal-budget comparison of planners against GRPO",
+                       description="`rollwise bench [options]`, `rollwise bench --plan PLAN.yaml [--dry-run]`, or "
+                                   "`rollwise bench status DIR`")
+    p.add_argument("what", nargs="*", metavar="status DIR",
+                   help="`status DIR`: runs done and left, core-hours spent and left, of a bench made with --plan")
+    p.add_argument("--plan", help="a bench plan (YAML; docs/bench3.md): arms, seeds, data seed, budget, evaluation, "
+                                  "family and decision rule, recorded with its hash before the first run")
+    p.add_argument("--dry-run", action="store_true", dest="dry_run",
+                   help="with --plan: print the estimated core-hours per arm and in total, run nothing")
     p.add_argument("--quick", action="store_true",
                    help="GRPO, DAPO, GRESO and the oracle, 2 seeds, 40k tokens (2.4–3.1 min on an idle 2-core machine)")
     p.add_argument("--planners", help="comma-separated planner specs (uniform = GRPO is always included)")
-    p.add_argument("--task", default="arithmetic",
+    p.add_argument("--task",
                    help="a registered task (arithmetic, chain, ...); its defaults set the budget and mixes")
     p.add_argument("--mixes", help="comma-separated pool difficulty mixes (arithmetic: default, easy, hard; "
                                    "another task: its own `bench_mixes`, or default)")
@@ -22,7 +30,7 @@ def add_bench_parser(sub) -> None:
     p.add_argument("--seed-start", type=int, dest="seed_start",
                    help="the first seed (default 0); tune on seeds that are not the reported ones, e.g. 100")
     p.add_argument("--budget", type=int, help="generated tokens per run")
-    p.add_argument("--jobs", type=int, default=2, help="runs at once (one core each)")
+    p.add_argument("--jobs", type=int, help="runs at once (one core each; default 2)")
     p.add_argument("--target", type=float, help="target held-out accuracy (default: GRPO's median final)")
     p.add_argument("--eval-size", type=int, dest="eval_size")
     p.add_argument("--pool-size", type=int, dest="pool_size", help="train pool prompts (revisited over epochs)")
@@ -31,7 +39,7 @@ def add_bench_parser(sub) -> None:
                         "population simulator, same protocol")
     p.add_argument("--sim-profile", dest="sim_profile", default="tiny",
                    help="the simulator's parameters with --engine sim (default: tiny, fitted to the tiny model)")
-    p.add_argument("--out", default="bench-out")
+    p.add_argument("--out", help="where the runs and the report go (default: bench-out; with --plan, bench-NAME)")
     p.add_argument("--report-only", action="store_true", help="rebuild the report from finished runs")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="config override for every run (as in `rollwise train --set`)")
@@ -45,7 +53,16 @@ def cmd_bench(args) -> int:
 
     # SIGTERM unwinds like Ctrl-C, so run_all's cleanup stops the trainers it started
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-
+    if args.what:
+        if args.what[0] != "status" or len(args.what) != 2:
+            raise ValueError(f"bench: unexpected {' '.join(args.what)!r}; expected `rollwise bench status DIR`")
+        return cmd_status(args.what[1])
+    if args.plan:
+        return cmd_plan(args)
+    if args.dry_run:
+        raise ValueError("bench: --dry-run needs --plan")
+    args.task = args.task or "arithmetic"
+    args.out = args.out or "bench-out"
     kw = task_bench_defaults(args.task)  # e.g. a budget sized to the task's response lengths
     if args.quick:
         kw.update({k: v for k, v in QUICK.items() if k not in kw})
@@ -77,4 +94,59 @@ def cmd_bench(args) -> int:
     for mix in cfg.mixes:
         print(f"\n## mix {mix}\n" + markdown_table(summary, mix))
     print(f"\nreport: {args.out}/report.md, {args.out}/report.html, {args.out}/summary.json")
+    return 0
+
+
+PLAN_SETS = ("planners", "task", "mixes", "seeds", "seed_start", "budget", "target", "eval_size", "pool_size",
+             "quick", "set")
+
+
+def cmd_plan(args) -> int:
+    """`rollwise bench --plan PLAN.yaml`: record the plan, run its arms, write its report."""
+    from pathlib import Path
+
+    from .plan import load_plan, record_plan, run_plan, sha256
+    from .plan_cost import estimate, format_estimate
+    from .plan_report import write_plan_report
+
+    given = [k for k in PLAN_SETS if getattr(args, k, None) not in (None, False, [])]
+    if given:
+        raise ValueError(f"bench --plan: the plan sets what --{given[0].replace('_', '-')} would; drop it "
+                         "(a change is a new plan)")
+    if args.engine != "torch" or args.sim_profile != "tiny":
+        raise ValueError("bench --plan: the plan names its engine (field 'engine'); drop --engine/--sim-profile")
+    plan, raw = load_plan(args.plan)
+    out = Path(args.out or f"bench-{plan.name}")
+    if args.dry_run:
+        print(format_estimate(plan, estimate(plan, out), "dry run (nothing runs)"))
+        have = out / "plan.sha256"
+        if have.exists() and have.read_text().split()[0] != sha256(raw):
+            print(f"note: {out} holds another plan (sha256 {have.read_text()[:12]}); running this one there is refused")
+        return 0
+    if args.report_only:
+        if not (out / "plan.sha256").exists():
+            raise ValueError(f"bench --plan --report-only: {out} holds no recorded plan")
+        record_plan(plan, raw, Path(args.plan), out)  # refuses a plan that changed since
+    else:
+        run_plan(plan, raw, Path(args.plan), out, jobs=args.jobs or 2)
+    summary = write_plan_report(plan, out)
+    for arm, d in summary["arms"].items():
+        if d.get("seeds_paired"):
+            holm = f", Holm p {d['p_holm']:.4f}" if "p_holm" in d else ""
+            print(f"{arm}: Δ {d['primary']['diff']:+.4f} [{d['primary']['lo']:+.4f}, {d['primary']['hi']:+.4f}], "
+                  f"p {d['p']:.4f}{holm}: {d['verdict']}")
+    print(f"report ({plan.kind}): {out}/report.md, {out}/summary.json")
+    return 0
+
+
+def cmd_status(directory: str) -> int:
+    """`rollwise bench status DIR`: a planned bench's runs done and left, core-hours spent and left."""
+    from pathlib import Path
+
+    from .plan import recorded_plan
+    from .plan_cost import estimate, format_estimate
+
+    out = Path(directory)
+    plan = recorded_plan(out)
+    print(format_estimate(plan, estimate(plan, out), f"status of {out}"))
     return 0

@@ -337,14 +337,21 @@ def plots(cfg: BenchConfig, out: Path, summary: dict) -> dict[str, list[tuple[st
         # 2. the differences with their intervals (forest plot)
         fig, axes = plt.subplots(1, 2, figsize=(13, 0.32 * len(order) + 1.6), sharey=True)
         y = np.arange(len(order))[::-1]
-        for ax, key, title in ((axes[0], lambda d: d["auc_diff"], "Δ mean accuracy over the budget (headline)"),
-                               (axes[1], lambda d: d["acc_diff"]["100"], "Δ accuracy at the budget")):
+        paired = load_runs(cfg, mix)  # by seed, [] where missing: each seed's own difference is plotted too
+        per_seed = {
+            "auc": lambda r: stats.auc(r, budget), "100": lambda r: float(stats.acc_at(r, budget))}
+        for ax, key, fig_key, title in (
+                (axes[0], lambda d: d["auc_diff"], "auc", "Δ mean accuracy over the budget (headline)"),
+                (axes[1], lambda d: d["acc_diff"]["100"], "100", "Δ accuracy at the budget")):
             for yi, p in zip(y, order):
                 d = m["planners"][p]
                 v = key(d)
                 # coloured by this panel's own interval, not by the headline's verdict
                 said = "baseline" if p == BASELINE else stats.verdict(v["lo"], v["hi"], d["seeds_paired"])
                 color = {"higher": "tab:green", "lower": "tab:red", "baseline": "0.5"}.get(said, "tab:blue")
+                diffs = [per_seed[fig_key](a) - per_seed[fig_key](b)
+                         for a, b in zip(paired[p], paired[BASELINE]) if a and b]
+                ax.plot(diffs, yi + np.linspace(-0.2, 0.2, len(diffs)), ".", color=color, alpha=0.45, ms=4)
                 ax.plot([v["lo"], v["hi"]], [yi, yi], color=color, lw=2.5, solid_capstyle="butt")
                 ax.plot(v["diff"], yi, "o", color=color, ms=5)
             ax.axvline(0, color="black", lw=0.8)
@@ -356,7 +363,8 @@ def plots(cfg: BenchConfig, out: Path, summary: dict) -> dict[str, list[tuple[st
         name = f"plot_{mix}_diff.png"
         fig.savefig(out / name, dpi=80)
         plt.close(fig)
-        names[mix].append((name, f"Differences against GRPO on the same seed, mix `{mix}`: dot = mean over seeds, bar "
+        names[mix].append((name, f"Differences against GRPO on the same seed, mix `{mix}`: small dots = each seed's own "
+                            f"difference, large dot = mean over seeds, bar "
                             f"= 95% bootstrap interval over seeds; green/red: the interval excludes 0 with "
                             f"enough seeds for a verdict."))
 

@@ -66,10 +66,14 @@ class BenchConfig:
     engine: str = "torch"  # "torch": the tiny model; "sim": the population simulator (sim/bench.py)
     sim_profile: str = "tiny"  # the simulator's parameters (sim/profiles.py)
     task: str = "arithmetic"  # a registered task; its mixes are task_mixes(task)
+    seed_values: list[int] | None = None  # explicit seeds (a plan's), in place of seed_start..+seeds
+    task_options: dict = field(default_factory=dict)  # more task options for every run (a plan's data_seed)
 
 
 def seed_list(cfg: BenchConfig) -> list[int]:
-    """The bench's seeds: `seeds` of them from `seed_start`."""
+    """The bench's seeds: `seed_values` if given, else `seeds` of them from `seed_start`."""
+    if cfg.seed_values is not None:
+        return list(cfg.seed_values)
     return list(range(cfg.seed_start, cfg.seed_start + cfg.seeds))
 
 
@@ -113,7 +117,7 @@ def run_settings(cfg: BenchConfig, mix: str, planner: str, seed: int) -> dict:
         "eval_every": 0, "eval_every_tokens": eval_tokens(cfg), "eval_size": cfg.eval_size, "checkpoint_every": 10,
         # the arithmetic task is the default and unnamed, so runs recorded before tasks had a name match
         **({"task": cfg.task} if cfg.task != "arithmetic" else {}),
-        "task_options": pool_options(cfg, mix),
+        "task_options": {**pool_options(cfg, mix), **cfg.task_options},
         **({"engine": cfg.engine} if cfg.engine != "torch" else {}),
         **extra,
     }
@@ -200,14 +204,14 @@ def _run_all(cfg: BenchConfig, log) -> None:
     if cfg.engine != "sim":  # every run's settings are checked before the first one starts
         from ..run.config import load_config
 
-        for k in keys[:: cfg.seeds]:
+        for k in keys[:: len(seed_list(cfg))]:
             load_config(None, run_settings(cfg, *k))
     todo = [k for k in keys if not check_reusable(cfg, k)]
     for k in todo:
         d = run_dir(cfg, *k)
         d.mkdir(parents=True, exist_ok=True)
         (d / "bench.json").write_text(json.dumps({"settings": run_settings(cfg, *k)}, indent=1))
-    done_already = len(cfg.mixes) * len(cfg.planners) * cfg.seeds - len(todo)
+    done_already = len(keys) - len(todo)
     if done_already:
         log(f"bench: {done_already} runs already finished, {len(todo)} to go")
     if cfg.engine == "sim":  # sub-second runs: in this process, one after the other

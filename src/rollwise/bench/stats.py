@@ -16,6 +16,13 @@ The figures, from most to least robust:
 Every difference against GRPO is paired by seed (planner seed k against GRPO seed k), and its 95%
 interval is a percentile bootstrap over seeds. With few seeds such an interval is too narrow (it covers
 the truth less often than 95%); `verdict` states a verdict only from MIN_SEEDS_FOR_VERDICT seeds on.
+
+Bench 3.0 (a preregistered plan, bench/plan.py) adds, at the end of this file: the two-sided paired
+sign-flip permutation test (`sign_flip_p`, exact up to 16 seeds), Holm's step-down adjustment over the
+plan's family (`holm`), the power calculation that picks the number of seeds (`seeds_needed`), and the
+goal figure, compute-to-target on raw mean curves with its sensitivity to the target
+(`compute_to_target`). They are hand-written in numpy (a few lines each) rather than taken from SciPy
+or statsmodels, which rollwise does not otherwise need.
 """
 from __future__ import annotations
 
@@ -177,7 +184,8 @@ def _ratio(tokens_base: np.ndarray, tokens_planner: np.ndarray) -> np.ndarray:
 
 def tokens_to_target_ratio(base_runs: list[list[dict]], planner_runs: list[list[dict]], budget: float,
                            rng: np.random.Generator, target: float | None = None,
-                           samples: int = BOOTSTRAP_SAMPLES, k: int = SMOOTH_EVALS) -> dict:
+                           samples: int = BOOTSTRAP_SAMPLES, k: int = SMOOTH_EVALS,
+                           target_shift: float = 0.0) -> dict:
     """Tokens-to-target as a ratio against GRPO, with a 95% bootstrap interval whose target is itself
     uncertain. base_runs[i] and planner_runs[i] are seed i's runs (rows).
 
@@ -205,7 +213,7 @@ def tokens_to_target_ratio(base_runs: list[list[dict]], planner_runs: list[list[
     vb, vp = _on_grid(base, grid), _on_grid(plan, grid)
     idx = np.vstack([np.arange(n), resample_indices(n, rng, samples)])  # row 0: the sample as it is
     mb, mp = vb[idx].mean(axis=1), vp[idx].mean(axis=1)  # (1 + samples) x grid mean curves
-    tgt = mb[:, -1] if target is None else np.full(len(idx), float(target))
+    tgt = (mb[:, -1] if target is None else np.full(len(idx), float(target))) + target_shift
     tb, tp = first_crossing(grid, mb, tgt), first_crossing(grid, mp, tgt)
     ratios = _ratio(tb, tp)
     lo, hi = percentile_interval(ratios[1:])
@@ -229,3 +237,139 @@ def verdict(lo: float, hi: float, n_seeds: int, null: float = 0.0,
     if hi < null:
         return "lower"
     return "no difference shown"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Bench 3.0: the preregistered test, the family-wise correction, and how many seeds they need
+
+EXACT_MAX_SEEDS = 16  # up to here the sign-flip test enumerates all 2^k sign patterns (65,536 at 16)
+MONTE_CARLO_FLIPS = 100_000  # random sign patterns above EXACT_MAX_SEEDS
+
+
+def sign_patterns(k: int) -> np.ndarray:
+    """All 2^k patterns of k signs, one per row (+1/-1): row j holds the bits of j."""
+    return ((np.arange(2 ** k)[:, None] >> np.arange(k)) & 1) * 2.0 - 1.0
+
+
+def sign_flip_p(diffs, rng: np.random.Generator | None = None, samples: int = MONTE_CARLO_FLIPS) -> float:
+    """Two-sided paired sign-flip permutation test of "the mean paired difference is 0".
+
+    Under the null each seed's difference is as likely to have either sign, so the observed |mean| is
+    compared with the |mean| of every sign pattern: p = the share of patterns at least as extreme.
+    Exact (all 2^k patterns) up to EXACT_MAX_SEEDS seeds; above, `samples` random patterns drawn from
+    `rng` (needed then), with p = (1 + hits) / (1 + samples) so that it is never 0. The smallest p the
+    exact test can give is 2 / 2^k (the observed pattern and its mirror): with k = 3 differences all
+    positive, p = 2/8 = 0.25 whatever their size."""
+    d = np.asarray(diffs, dtype=float)
+    k = d.size
+    if k == 0:
+        raise ValueError("sign_flip_p needs at least one paired difference")
+    obs = abs(d.sum())
+    tol = 1e-12 * max(np.abs(d).sum(), 1e-300)  # patterns equal to the observed one up to rounding count
+    if k <= EXACT_MAX_SEEDS:
+        return float(np.mean(np.abs(sign_patterns(k) @ d) >= obs - tol))
+    if rng is None:
+        raise ValueError(f"sign_flip_p: more than {EXACT_MAX_SEEDS} seeds needs a generator (Monte Carlo)")
+    hits = 0
+    for start in range(0, samples, 10_000):  # chunks: a 100k x k sign matrix is needlessly large
+        signs = rng.choice([-1.0, 1.0], size=(min(10_000, samples - start), k))
+        hits += int(np.sum(np.abs(signs @ d) >= obs - tol))
+    return float((1 + hits) / (1 + samples))
+
+
+def holm(pvalues) -> np.ndarray:
+    """Holm's step-down adjusted p-values over a family of m tests (family-wise error <= alpha when an
+    arm is declared different where its adjusted p <= alpha). Sorted ascending, the i-th smallest (from
+    0) is multiplied by m - i, then a running maximum keeps the adjusted values in the order of the raw
+    ones, capped at 1. [0.01, 0.04, 0.03] -> [0.03, 0.06, 0.06]."""
+    p = np.asarray(pvalues, dtype=float)
+    m = p.size
+    order = np.argsort(p, kind="stable")
+    adj = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * p[order]))
+    out = np.empty(m)
+    out[order] = adj
+    return out
+
+
+def min_seeds_for_family(m: int, alpha: float = 0.05) -> int:
+    """The fewest seeds with which the exact sign-flip test can pass Holm at alpha in a family of m:
+    Holm's first step needs p <= alpha / m, and the smallest p with k seeds is 2 / 2^k, so
+    k >= log2(2 m / alpha). m = 1: 6 seeds; m = 15: 10 seeds (alpha 0.05)."""
+    if m < 1 or not 0 < alpha < 1:
+        raise ValueError(f"min_seeds_for_family: need m >= 1 and 0 < alpha < 1, got m={m}, alpha={alpha}")
+    return int(np.ceil(np.log2(2 * m / alpha) - 1e-12))
+
+
+def power(effect: float, sd: float, k: int, m: int = 1, alpha: float = 0.05, sims: int = 1000,
+          rng: np.random.Generator | None = None) -> float:
+    """The chance that an arm whose paired differences are Normal(effect, sd) over k seeds passes Holm
+    at alpha in a family of m, by simulation with the exact sign-flip test. An arm is sure to pass Holm
+    only with p <= alpha / m (it may be the family's smallest p), so this is the power at that level:
+    what every arm of the family can count on, whatever the others do."""
+    if k > EXACT_MAX_SEEDS:
+        raise ValueError(f"power: at most {EXACT_MAX_SEEDS} seeds (the exact test), got {k}")
+    rng = rng if rng is not None else np.random.default_rng(0)
+    d_SK = rng.normal(effect, sd, size=(sims, k))
+    signs_PK = sign_patterns(k)
+    passed = 0
+    for start in range(0, sims, 100):  # |patterns| x 100 sums at a time (65,536 x 100 at k = 16)
+        chunk = d_SK[start:start + 100]
+        obs = np.abs(chunk.sum(axis=1))
+        tol = 1e-12 * np.abs(chunk).sum(axis=1)
+        p = np.mean(np.abs(signs_PK @ chunk.T) >= obs - tol, axis=0)
+        passed += int(np.sum(p <= alpha / m))
+    return passed / sims
+
+
+def seeds_needed(effect: float, sd: float, m: int = 1, alpha: float = 0.05, target_power: float = 0.8,
+                 max_seeds: int = EXACT_MAX_SEEDS, sims: int = 1000, seed: int = 0) -> dict:
+    """Seeds for a paired test to detect `effect` at the per-seed s.d. `sd` of paired differences, at
+    alpha after Holm over a family of m: the smallest k (from min_seeds_for_family on, at most
+    max_seeds) whose simulated power reaches target_power. Returns {"seeds": k or None if none does,
+    "min_seeds": the family's floor, "power": {k: power}}."""
+    if sd < 0 or sims < 1:
+        raise ValueError(f"seeds_needed: need sd >= 0 and sims >= 1, got sd={sd}, sims={sims}")
+    floor = min_seeds_for_family(m, alpha)
+    out = {"seeds": None, "min_seeds": floor, "power": {}}
+    for k in range(floor, max_seeds + 1):
+        out["power"][k] = power(effect, sd, k, m, alpha, sims, np.random.default_rng([seed, k]))
+        if out["power"][k] >= target_power:
+            out["seeds"] = k
+            break
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# Bench 3.0's goal figure: compute-to-target on raw curves
+
+
+def with_x(rows: list[dict], x: list[float]) -> list[dict]:
+    """The run's rows with `tokens` replaced by another cumulative cost (e.g. compute units, one value
+    per row), so every curve function above reads the run on that axis."""
+    if len(x) != len(rows):
+        raise ValueError(f"with_x: {len(x)} values for {len(rows)} rows")
+    return [{**r, "tokens": float(v)} for r, v in zip(rows, x)]
+
+
+def target_se(base_runs: list[list[dict]], budget: float) -> float:
+    """Standard error of the target: the s.d. over seeds of the baseline's raw accuracy at the budget,
+    / sqrt(seeds) (0 with one seed)."""
+    final = np.array([float(acc_at(r, budget)) for r in base_runs])
+    return float(final.std(ddof=1) / np.sqrt(len(final))) if len(final) > 1 else 0.0
+
+
+def compute_to_target(base_runs: list[list[dict]], arm_runs: list[list[dict]], budget: float,
+                      rng: np.random.Generator, samples: int = BOOTSTRAP_SAMPLES) -> dict:
+    """The goal figure: the baseline's cost to reach the target / the arm's, read at first crossings of
+    the raw (unsmoothed) mean-over-seeds curves; the target is the baseline's mean accuracy at the
+    budget, redrawn in every bootstrap resample (tokens_to_target_ratio with k = 1). The runs' `tokens`
+    are whatever cost axis they carry (with_x: compute units). `sensitivity` holds the point ratio and
+    interval with the target moved by -1 and +1 standard error (target_se)."""
+    out = tokens_to_target_ratio(base_runs, arm_runs, budget, rng, samples=samples, k=1)
+    se = target_se(base_runs, budget)
+    out["target_se"] = se
+    out["sensitivity"] = {}
+    for label, shift in (("-1se", -se), ("+1se", se)):
+        r = tokens_to_target_ratio(base_runs, arm_runs, budget, rng, samples=samples, k=1, target_shift=shift)
+        out["sensitivity"][label] = {"ratio": r["ratio"], "lo": r["lo"], "hi": r["hi"], "target": r["target"]}
+    return out

@@ -1,0 +1,408 @@
+"""A bench plan: everything a comparison decides before its first run, in one YAML file.
+
+`rollwise bench --plan PLAN.yaml --out DIR` runs it. The plan names the arms (one is the baseline, tuned
+GRPO), the seeds, the data seed, the budget, the evaluation and which figure is primary, the family of
+arms the Holm correction runs over, and the decision rule. Before the first run the plan's exact bytes
+and their sha256 are written into DIR (`plan.yaml`, `plan.sha256`, `plan_record.json` with the git
+commit); a later call on DIR with a plan whose hash differs is refused, so what was decided cannot
+move after the results are seen. Nothing recorded is overwritten. The format, field by field, is in
+docs/bench3.md; benchmarks/plans/example_task1.yaml is an example.
+
+Each arm runs as its own equal-budget bench (runner.py) in DIR/arms/ARM, so finished runs are reused
+and unfinished ones resume exactly as in `rollwise bench`. An A/A plan (GRPO against GRPO) gives the
+second arm a `seed_offset`: its seed s + offset is paired with the baseline's seed s.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .runner import BenchConfig, safe_name
+
+KINDS = ("exploratory", "confirmatory")
+PRIMARY = ("greedy", "pass@k", "sampled")
+SPLITS = ("test", "validation")
+TOP_FIELDS = {"name", "kind", "task", "data_seed", "baseline", "arms", "seeds", "budget", "evaluation", "family",
+              "decision", "chosen_from", "engine", "sim_profile", "pool_size", "notes"}
+REQUIRED = ("name", "kind", "task", "data_seed", "baseline", "arms", "seeds", "budget", "evaluation", "family",
+            "decision")
+
+
+class PlanError(ValueError):
+    """A plan file that cannot be run; the message names the file and the field."""
+
+
+@dataclass(frozen=True)
+class Arm:
+    name: str
+    planner: str  # a planner spec: components joined by '+'
+    settings: dict = field(default_factory=dict)  # config overrides, as `--set KEY=VALUE`
+    seed_offset: int = 0  # run seed = plan seed + offset (A/A: a second GRPO under other seed labels)
+
+
+@dataclass(frozen=True)
+class Plan:
+    name: str
+    kind: str
+    task: str
+    data_seed: int
+    baseline: str
+    arms: dict[str, Arm]
+    seeds: list[int]
+    budget_compute: float  # compute units under `profile`: where figures are read (bench/costs.py)
+    profile: str
+    budget_tokens: int  # the token budget that ends each run today (recorded alongside)
+    split: str
+    eval_size: int
+    evaluations: int  # evaluations per run, evenly spaced in budget tokens
+    eval_k: int
+    eval_samples: int
+    primary: str
+    family: list[str]
+    alpha: float
+    goal_ratio: float
+    chosen_from: str | None = None
+    engine: str = "torch"
+    sim_profile: str = "tiny"
+    pool_size: int = 300
+
+    def metric(self) -> str:
+        """The metrics-row field the primary figure reads."""
+        return {"greedy": "eval_acc", "pass@k": f"eval_pass@{self.eval_k}", "sampled": "eval_pass@1"}[self.primary]
+
+    def run_seeds(self, arm: str) -> list[int]:
+        return [s + self.arms[arm].seed_offset for s in self.seeds]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Reading a plan
+
+
+def _need(doc: dict, key: str, typ, where: str, default=None, required: bool = True):
+    """doc[key] checked against typ (bool is never an int here), or the default when absent and optional."""
+    if key not in doc or doc[key] is None:
+        if required:
+            raise PlanError(f"{where}: missing field {key!r}")
+        return default
+    v = doc[key]
+    types = typ if isinstance(typ, tuple) else (typ,)
+    if isinstance(v, bool) and bool not in types or not isinstance(v, types):
+        names = " or ".join(t.__name__ for t in types)
+        raise PlanError(f"{where}: field {key!r} must be {names}, got {v!r}")
+    return v
+
+
+def _check_planner(spec: str, where: str) -> None:
+    from ..core import registry
+
+    if ":" in spec:  # an import path would run code named by a data file
+        raise PlanError(f"{where}: planner {spec!r}: a plan names registered planners only, not import paths")
+    for comp in spec.split("+"):
+        try:
+            registry.get("planner", comp)
+        except ValueError as e:
+            raise PlanError(f"{where}: {e}") from None
+
+
+def _seeds(v, where: str) -> list[int]:
+    if isinstance(v, dict):
+        start = _need(v, "start", int, f"{where}.seeds")
+        count = _need(v, "count", int, f"{where}.seeds")
+        seeds = list(range(start, start + count))
+    elif isinstance(v, list) and all(isinstance(s, int) and not isinstance(s, bool) for s in v):
+        seeds = list(v)
+    else:
+        raise PlanError(f"{where}: field 'seeds' must be a list of integers or {{start, count}}, got {v!r}")
+    if not seeds or min(seeds) < 0 or len(set(seeds)) != len(seeds):
+        raise PlanError(f"{where}: field 'seeds' must be distinct integers >= 0, at least one")
+    return seeds
+
+
+def parse_plan(text: str, where: str = "plan") -> Plan:
+    """A Plan from YAML text (yaml.safe_load: no code runs), every field checked; a bad plan raises
+    PlanError with one line naming the file and the field."""
+    from .costs import yaml_mapping
+
+    doc = yaml_mapping(text, where, f"of plan fields ({', '.join(REQUIRED)})", PlanError)
+    unknown = sorted(set(doc) - TOP_FIELDS)
+    if unknown:
+        raise PlanError(f"{where}: unknown field {unknown[0]!r}; a plan has {', '.join(sorted(TOP_FIELDS))}")
+    for key in REQUIRED:
+        if key not in doc:
+            raise PlanError(f"{where}: missing field {key!r}")
+    name = _need(doc, "name", str, where)
+    if not re.fullmatch(r"[A-Za-z0-9._-]+", name):
+        raise PlanError(f"{where}: field 'name' must be letters, digits, '.', '_' or '-', got {name!r}")
+    kind = _need(doc, "kind", str, where)
+    if kind not in KINDS:
+        raise PlanError(f"{where}: field 'kind' must be one of {', '.join(KINDS)}, got {kind!r}")
+    task = _need(doc, "task", str, where)
+    from ..core import registry
+
+    try:
+        registry.get("task", task)
+    except ValueError as e:
+        raise PlanError(f"{where}: task: {e}") from None
+    data_seed = _need(doc, "data_seed", int, where)
+    arms_doc = _need(doc, "arms", dict, where)
+    if len(arms_doc) < 2:
+        raise PlanError(f"{where}: field 'arms' needs the baseline and at least one other arm")
+    arms = {}
+    for arm_name, a in arms_doc.items():
+        aw = f"{where}: arms.{arm_name}"
+        if not isinstance(arm_name, str) or not re.fullmatch(r"[A-Za-z0-9._-]+", arm_name):
+            raise PlanError(f"{where}: arm name {arm_name!r} must be letters, digits, '.', '_' or '-'")
+        if not isinstance(a, dict):
+            raise PlanError(f"{aw} must be a mapping with 'planner' (and optional 'set', 'seed_offset')")
+        bad = sorted(set(a) - {"planner", "set", "seed_offset"})
+        if bad:
+            raise PlanError(f"{aw}: unknown field {bad[0]!r}; an arm has planner, set, seed_offset")
+        planner = _need(a, "planner", str, aw)
+        _check_planner(planner, aw)
+        settings = _need(a, "set", dict, aw, {}, required=False)
+        if any(not isinstance(k, str) for k in settings):
+            raise PlanError(f"{aw}: 'set' keys must be config keys (strings)")
+        offset = _need(a, "seed_offset", int, aw, 0, required=False)
+        arms[arm_name] = Arm(arm_name, planner, dict(settings), offset)
+    baseline = _need(doc, "baseline", str, where)
+    if baseline not in arms:
+        raise PlanError(f"{where}: baseline {baseline!r} is not among the arms ({', '.join(arms)})")
+    seeds = _seeds(doc["seeds"], where)
+    runs = {}
+    for a in arms.values():  # two arms on the same planner and seeds would be the same runs
+        for s in seeds:
+            key = (a.planner, json.dumps(a.settings, sort_keys=True), s + a.seed_offset)
+            if key in runs:
+                raise PlanError(f"{where}: arms {runs[key]} and {a.name} would run the same runs (seed {s + a.seed_offset}); "
+                                "give one a seed_offset (an A/A plan) or other settings")
+            runs[key] = a.name
+        if min(seeds) + a.seed_offset < 0:
+            raise PlanError(f"{where}: arms.{a.name}: seed_offset makes a seed negative")
+
+    budget = _need(doc, "budget", dict, where)
+    bw = f"{where}: budget"
+    compute = _need(budget, "compute_units", (int, float), bw)
+    tokens = _need(budget, "tokens", int, bw)
+    profile = _need(budget, "profile", str, bw)
+    if compute <= 0 or tokens <= 0:
+        raise PlanError(f"{bw}: compute_units and tokens must be > 0")
+    from .costs import load_profile
+
+    try:
+        load_profile(profile)
+    except ValueError as e:
+        raise PlanError(f"{bw}: {e}") from None
+
+    ev = _need(doc, "evaluation", dict, where)
+    ew = f"{where}: evaluation"
+    bad = sorted(set(ev) - {"split", "size", "evaluations", "k", "samples", "primary"})
+    if bad:
+        raise PlanError(f"{ew}: unknown field {bad[0]!r}; evaluation has split, size, evaluations, k, samples, primary")
+    split = _need(ev, "split", str, ew)
+    if split not in SPLITS:
+        raise PlanError(f"{ew}: field 'split' must be one of {', '.join(SPLITS)}, got {split!r}")
+    primary = _need(ev, "primary", str, ew)
+    if primary not in PRIMARY:
+        raise PlanError(f"{ew}: field 'primary' must be one of {', '.join(PRIMARY)}, got {primary!r}")
+    eval_size = _need(ev, "size", int, ew, 1000, required=False)
+    evaluations = _need(ev, "evaluations", int, ew, 6, required=False)
+    k = _need(ev, "k", int, ew, 0, required=False)
+    samples = _need(ev, "samples", int, ew, 0, required=False)
+    if eval_size < 1 or evaluations < 1 or k < 0 or samples < 0:
+        raise PlanError(f"{ew}: size and evaluations must be >= 1, k and samples >= 0")
+    if primary == "pass@k" and k < 1:
+        raise PlanError(f"{ew}: primary pass@k needs k >= 1")
+    if primary == "sampled" and (k != 1 or samples < 2):
+        raise PlanError(f"{ew}: primary 'sampled' (the mean accuracy of samples) is pass@1 over `samples`: "
+                        "set k: 1 and samples >= 2")
+    if samples and samples < k:
+        raise PlanError(f"{ew}: samples must be >= k")
+
+    family = _need(doc, "family", list, where)
+    for a in family:
+        if a not in arms:
+            raise PlanError(f"{where}: family member {a!r} is not among the arms ({', '.join(arms)})")
+        if a == baseline:
+            raise PlanError(f"{where}: family member {a!r} is the baseline; the family holds the arms tested against it")
+    if not family or len(set(family)) != len(family):
+        raise PlanError(f"{where}: field 'family' must list distinct non-baseline arms, at least one")
+    dec = _need(doc, "decision", dict, where)
+    dw = f"{where}: decision"
+    alpha = _need(dec, "alpha", float, dw)
+    goal = _need(dec, "goal_ratio", (int, float), dw, 3.0, required=False)
+    if not 0 < alpha < 1 or goal <= 0:
+        raise PlanError(f"{dw}: alpha must be in (0, 1) and goal_ratio > 0")
+    chosen_from = _need(doc, "chosen_from", str, where, None, required=False)
+    from .stats import EXACT_MAX_SEEDS, min_seeds_for_family
+
+    if kind == "confirmatory" and not chosen_from:
+        raise PlanError(f"{where}: a confirmatory plan cites the validation results its choices come from "
+                        "(field 'chosen_from')")
+
+    if kind == "confirmatory" and not min_seeds_for_family(len(family), alpha) <= len(seeds) <= EXACT_MAX_SEEDS:
+        raise PlanError(f"{where}: a confirmatory plan with a family of {len(family)} at alpha {alpha:g} needs "
+                        f"{min_seeds_for_family(len(family), alpha)}..{EXACT_MAX_SEEDS} seeds (the exact sign-flip "
+                        f"test's smallest p is 2/2^k), got {len(seeds)}")
+    engine = _need(doc, "engine", str, where, "torch", required=False)
+    try:
+        registry.get("engine", engine)
+    except ValueError as e:
+        raise PlanError(f"{where}: engine: {e}") from None
+    return Plan(name, kind, task, data_seed, baseline, arms, seeds, float(compute), profile, tokens, split,
+                eval_size, evaluations, k, samples, primary, list(family), float(alpha), float(goal), chosen_from,
+                engine, _need(doc, "sim_profile", str, where, "tiny", required=False),
+                _need(doc, "pool_size", int, where, 300, required=False))
+
+
+def load_plan(path: str | Path) -> tuple[Plan, bytes]:
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as e:
+        raise PlanError(f"plan {p}: cannot read it ({e.strerror or e})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise PlanError(f"plan {p}: not UTF-8 text") from None
+    return parse_plan(text, f"plan {p}"), raw
+
+
+# ---------------------------------------------------------------------------------------------------
+# From a plan to benches
+
+
+def task_options(plan: Plan) -> dict:
+    """The task options a plan adds to every run: `data_seed` and `split`, where the task takes them.
+    A task without data splits yet runs its one held-out set; that is allowed only at data_seed 0 and
+    stated in the record (data_split_note)."""
+    import inspect
+
+    from ..core import registry
+
+    params = inspect.signature(registry.get("task", plan.task).obj).parameters
+    out = {}
+    if "data_seed" in params:
+        out["data_seed"] = plan.data_seed
+    elif plan.data_seed != 0:
+        raise PlanError(f"task {plan.task!r} has no data splits by data seed yet (no `data_seed` option): "
+                        f"use data_seed: 0 until it has")
+    if "split" in params:
+        out["split"] = plan.split
+    return out
+
+
+def data_split_note(plan: Plan) -> str:
+    opts = task_options(plan)
+    if "data_seed" in opts and "split" in opts:
+        return f"data seed {plan.data_seed}, {plan.split} split"
+    return (f"data seed {plan.data_seed} (recorded; task {plan.task!r} has no train/validation/test splits by data "
+            f"seed yet, so evaluations read its one held-out set, not a separate {plan.split} split)")
+
+
+def arm_config(plan: Plan, arm: str, out: Path, jobs: int = 2) -> BenchConfig:
+    """The equal-budget bench of one arm: its planner and settings on the plan's seeds (+ its offset)."""
+    a = plan.arms[arm]
+    extra = dict(a.settings)
+    if plan.engine != "sim" and plan.eval_k:
+        extra.setdefault("eval_k", plan.eval_k)
+        if plan.eval_samples:
+            extra.setdefault("eval_samples", plan.eval_samples)
+    seeds = plan.run_seeds(arm)
+    return BenchConfig(out=str(out / "arms" / safe_name(arm)), planners=[a.planner], mixes=["default"],
+                       seeds=len(seeds), seed_values=seeds, budget_tokens=plan.budget_tokens, jobs=jobs,
+                       eval_tokens=max(plan.budget_tokens // plan.evaluations, 1), eval_size=plan.eval_size,
+                       pool_size=plan.pool_size, extra=extra, engine=plan.engine, sim_profile=plan.sim_profile,
+                       task=plan.task, task_options=task_options(plan))
+
+
+# ---------------------------------------------------------------------------------------------------
+# The record: the plan is fixed before the first run
+
+
+def sha256(raw: bytes) -> str:
+    return hashlib.sha256(raw).hexdigest()
+
+
+def git_state(path: Path) -> dict:
+    """The commit of the repository holding the plan file, and whether the file is committed unchanged
+    there ({} outside a git work tree)."""
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=path.parent, capture_output=True, text=True, timeout=30)
+
+    try:
+        head = git("rev-parse", "HEAD")
+        if head.returncode != 0:
+            return {}
+        tracked = git("ls-files", "--error-unmatch", path.name).returncode == 0
+        clean = tracked and git("diff", "--quiet", "HEAD", "--", path.name).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    return {"commit": head.stdout.strip(), "plan_committed": bool(clean)}
+
+
+def record_plan(plan: Plan, raw: bytes, plan_path: Path, out: Path) -> None:
+    """Write the plan into `out` before the first run, or check that `out` holds this very plan. A
+    changed plan is refused; a confirmatory plan must be committed to git unchanged first."""
+    digest = sha256(raw)
+    have = out / "plan.sha256"
+    if have.exists():
+        old = have.read_text().split()[0]
+        if old != digest:
+            raise PlanError(f"{out} holds plan {_recorded_name(out)} with sha256 {old[:12]}; this plan's is "
+                            f"{digest[:12]}: a changed plan is a new plan (use another --out)")
+        return
+    if out.exists() and any(f.name != ".lock" for f in out.iterdir()):
+        raise PlanError(f"{out} holds files but no plan.sha256: a plan starts in a new or empty --out")
+    git = git_state(plan_path.resolve())
+    if plan.kind == "confirmatory" and not git.get("plan_committed"):
+        raise PlanError(f"plan {plan_path}: a confirmatory plan is committed to git, unchanged, before its runs "
+                        "(commit it, or make it exploratory)")
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "plan.yaml", "xb") as f:  # exclusive: never overwrites
+        f.write(raw)
+    with open(out / "plan_record.json", "x") as f:
+        json.dump({"plan": str(plan_path), "sha256": digest, "kind": plan.kind, **git}, f, indent=1)
+    with open(have, "x") as f:  # last: its presence means the record is complete
+        f.write(f"{digest}  plan.yaml\n")
+
+
+def _recorded_name(out: Path) -> str:
+    try:
+        return repr(parse_plan((out / "plan.yaml").read_text()).name)
+    except (OSError, ValueError):
+        return "(unreadable)"
+
+
+def recorded_plan(out: Path) -> Plan:
+    """The plan a bench directory was made with (for status and report)."""
+    f = Path(out) / "plan.yaml"
+    if not f.exists():
+        raise PlanError(f"{out}: no plan.yaml here (not a bench made with --plan)")
+    return parse_plan(f.read_text(), f"plan {f}")
+
+
+def run_plan(plan: Plan, raw: bytes, plan_path: Path, out: Path, jobs: int = 2, log=print) -> None:
+    """Record the plan, then run every arm's bench (finished runs reused, unfinished ones resumed)."""
+    from ..run.loop import OutLock
+    from .runner import run_all
+
+    configs = {a: arm_config(plan, a, out, jobs) for a in plan.arms}  # bad task options fail before anything
+    if plan.engine != "sim":  # and bad settings: a plan recorded with them could never run, nor change
+        from ..run.config import load_config
+        from .runner import run_settings
+
+        for arm, cfg in configs.items():
+            try:
+                load_config(None, run_settings(cfg, "default", cfg.planners[0], cfg.seed_values[0]))
+            except ValueError as e:
+                raise PlanError(f"plan {plan_path}: arms.{arm}: {e}") from None
+    out.mkdir(parents=True, exist_ok=True)
+    with OutLock(out, "bench --plan --out"):
+        record_plan(plan, raw, plan_path, out)
+        for arm, cfg in configs.items():
+            log(f"bench plan {plan.name}: arm {arm} ({plan.arms[arm].planner}), seeds {cfg.seed_values[0]}..{cfg.seed_values[-1]}")
+            run_all(cfg, log=log)

@@ -1,0 +1,278 @@
+"""The report of a planned bench (plan.py): the verdict, the goal figure and how they were reached.
+
+Per arm against the plan's baseline, paired by seed (the baseline's seed s with the arm's s + offset):
+- **primary figure** (the verdict): the difference in mean held-out accuracy over the compute budget
+  (the area under the accuracy-vs-compute-units curve / the budget), with a 95% bootstrap interval,
+  the exact two-sided sign-flip p, and Holm's adjusted p over the plan's family. An arm of the family
+  is "higher" or "lower" when its adjusted p <= alpha; arms outside the family are described, never
+  decided.
+- **goal figure**: compute-to-target (the baseline's compute to reach its own mean accuracy at the
+  budget / the arm's, raw mean curves, target redrawn in every resample), with the target moved by
+  ±1 s.e. and each cost ratio halved and doubled. The goal is met when an arm passes the verdict, its
+  ratio is >= the plan's goal_ratio and its interval's lower end is above 1.
+- beside them: the same difference over the token budget (continuity with earlier benches), rows per
+  trained group, and the seeds a power calculation asks for at the s.d. seen here.
+The figure plots every seed's difference next to each mean and interval.
+"""
+from __future__ import annotations
+
+import json
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+from . import costs, stats
+from .plan import Plan, arm_config, data_split_note
+from .report import _html, load_run
+from .runner import run_dir
+
+
+def metric_rows(rows: list[dict], metric: str) -> list[dict]:
+    """The run's rows with the plan's primary metric as `eval_acc` (what stats.py reads): rows that
+    measured it keep it, every other row has no evaluation."""
+    out = []
+    for r in rows:
+        new = {k: v for k, v in r.items() if k != "eval_acc"}
+        if metric in r:
+            new["eval_acc"] = r[metric]
+        out.append(new)
+    return out
+
+
+def load_arm(plan: Plan, out: Path, arm: str) -> list[dict | None]:
+    """Each plan seed's run of the arm: {rows, config} or None where it has not finished."""
+    cfg = arm_config(plan, arm, out)
+    runs = []
+    for s in plan.run_seeds(arm):
+        d = run_dir(cfg, "default", plan.arms[arm].planner, s)
+        if not (d / "done.json").exists():
+            runs.append(None)
+            continue
+        config = json.loads((d / "config.json").read_text()) if (d / "config.json").exists() else None
+        runs.append({"rows": load_run(d), "config": config})
+    return runs
+
+
+def on_compute(run: dict, metric: str, profile: costs.CostProfile) -> tuple[list[dict], list[str]]:
+    """The run's primary-metric rows on the compute axis, and the counts its rows lack."""
+    xs, missing = costs.compute_curve(run["rows"], profile, run["config"])
+    return stats.with_x(metric_rows(run["rows"], metric), xs), missing
+
+
+def rows_per_group(rows: list[dict]) -> float:
+    per = [r["batch_rollouts"] / r["batch_groups"] for r in rows if r.get("batch_groups") and "batch_rollouts" in r]
+    return float(np.mean(per)) if per else float("nan")
+
+
+def summarize_plan(plan: Plan, out: Path, bootstrap_seed: int = 0, power_sims: int = 400) -> dict:
+    profile = costs.load_profile(plan.profile)
+    metric = plan.metric()
+    runs = {a: load_arm(plan, out, a) for a in plan.arms}
+    base = runs[plan.baseline]
+    missing_counts: set[str] = set()
+
+    def axis(r, prof=profile):
+        rows, miss = on_compute(r, metric, prof)
+        missing_counts.update(miss)
+        return rows
+
+    for a, rs in runs.items():
+        for r in rs:
+            if r is not None and not any(metric in x for x in r["rows"]):
+                raise ValueError(f"bench plan {plan.name}: arm {a}'s runs have no {metric!r} (primary {plan.primary}); "
+                                 "was the evaluation set up as the plan says?")
+    summary = {"plan": plan.name, "kind": plan.kind, "task": plan.task, "data_seed": plan.data_seed,
+               "data": data_split_note(plan), "baseline": plan.baseline, "primary": plan.primary, "metric": metric,
+               "budget_compute": plan.budget_compute, "profile": plan.profile, "formula": costs.formula(profile),
+               "profile_sources": profile.sources, "budget_tokens": plan.budget_tokens, "family": plan.family,
+               "family_size": len(plan.family), "alpha": plan.alpha, "goal_ratio": plan.goal_ratio,
+               "chosen_from": plan.chosen_from, "seeds": plan.seeds, "arms": {}}
+    budget = plan.budget_compute
+    for arm in plan.arms:
+        if arm == plan.baseline:
+            continue
+        rs = runs[arm]
+        paired = [i for i in range(len(plan.seeds)) if rs[i] is not None and base[i] is not None]
+        if not paired:
+            summary["arms"][arm] = {"seeds_paired": 0}
+            continue
+        rng = np.random.default_rng([bootstrap_seed, zlib.crc32(arm.encode())])
+        bx = [axis(base[i]) for i in paired]
+        ax = [axis(rs[i]) for i in paired]
+        fb = np.array([stats.auc(r, budget) for r in bx])
+        fa = np.array([stats.auc(r, budget) for r in ax])
+        diffs = fa - fb
+        primary = stats.paired_difference(fb, fa, rng)
+        tb = [metric_rows(base[i]["rows"], metric) for i in paired]
+        ta = [metric_rows(rs[i]["rows"], metric) for i in paired]
+        token_diff = stats.paired_difference([stats.auc(r, plan.budget_tokens) for r in tb],
+                                             [stats.auc(r, plan.budget_tokens) for r in ta], rng)
+        goal = stats.compute_to_target(bx, ax, budget, rng)
+        cost_sens = {}
+        for ratio in costs.RATIOS:
+            if ratio == "decode":
+                continue
+            for factor in (0.5, 2.0):
+                prof = profile.scaled(ratio, factor)
+                r = stats.tokens_to_target_ratio([axis(base[i], prof) for i in paired],
+                                                 [axis(rs[i], prof) for i in paired], budget, rng, samples=1, k=1)
+                cost_sens[f"{ratio}x{factor:g}"] = r["ratio"]
+        sd = float(np.std(diffs, ddof=1)) if len(diffs) > 1 else float("nan")
+        power = (stats.seeds_needed(abs(primary["diff"]), sd, len(plan.family), plan.alpha, sims=power_sims)
+                 if np.isfinite(sd) and primary["diff"] != 0 else None)
+        summary["arms"][arm] = {
+            "planner": plan.arms[arm].planner, "seed_offset": plan.arms[arm].seed_offset,
+            "in_family": arm in plan.family, "seeds_paired": len(paired),
+            "paired_seeds": [[plan.seeds[i], plan.seeds[i] + plan.arms[arm].seed_offset] for i in paired],
+            "diffs": diffs.tolist(), "mean_auc": float(fa.mean()), "mean_auc_base": float(fb.mean()),
+            "primary": primary, "p": stats.sign_flip_p(diffs, rng), "token_budget_diff": token_diff,
+            "goal": goal, "cost_sensitivity": cost_sens,
+            "held_runs": sum(not stats.covers_budget(r, budget) for r in ax),
+            "held_runs_base": sum(not stats.covers_budget(r, budget) for r in bx),
+            "rows_per_group": float(np.mean([rows_per_group(rs[i]["rows"]) for i in paired])),
+            "rows_per_group_base": float(np.mean([rows_per_group(base[i]["rows"]) for i in paired])),
+            "diff_sd": sd, "power": power,
+        }
+    # Holm over the whole preregistered family: an arm without results yet counts with p = 1, so a
+    # partial report is never less strict than the final one
+    adjusted = stats.holm([summary["arms"][a].get("p", 1.0) for a in plan.family])
+    for a, adj in zip(plan.family, adjusted):
+        d = summary["arms"][a]
+        if not d.get("seeds_paired"):
+            continue
+        d["p_holm"] = float(adj)
+        d["verdict"] = ("no difference shown" if adj > plan.alpha else
+                        "higher" if d["primary"]["diff"] > 0 else "lower")
+        g = d["goal"]
+        d["goal_met"] = bool(d["verdict"] == "higher" and g["ratio"] >= plan.goal_ratio and g["lo"] > 1)
+    for a, d in summary["arms"].items():
+        if d.get("seeds_paired") and a not in plan.family:
+            d["verdict"] = "outside the family (described, not decided)"
+    summary["missing_counts"] = sorted(missing_counts)
+    summary["min_seeds_for_family"] = stats.min_seeds_for_family(len(plan.family), plan.alpha)
+    return summary
+
+
+# ---------------------------------------------------------------------------------------------------
+# The page
+
+
+def _d(x: dict) -> str:
+    return f"{x['diff']:+.4f} [{x['lo']:+.4f}, {x['hi']:+.4f}]"
+
+
+def _x(v: float) -> str:
+    return "inf" if np.isinf(v) else f"{v:.2f}"
+
+
+def _ratio(g: dict) -> str:
+    """The point ratio; 0 is "not reached" only where the arm's mean curve never reaches the target (a
+    0 can also mean the baseline starts at or above it)."""
+    point = "not reached" if np.isinf(g["tokens_planner"]) else _x(g["ratio"])
+    return f"{point} [{_x(g['lo'])}, {_x(g['hi'])}]"
+
+
+def _rpg(x: float) -> str:
+    return "—" if np.isnan(x) else f"{x:.1f}"
+
+
+def markdown(summary: dict) -> str:
+    kind = summary["kind"].upper()
+    lines = [f"# Bench plan `{summary['plan']}` — {kind}\n",
+             f"**{kind} results.** " + ("Preregistered: the plan below was committed and hashed before its runs; its "
+                                        "family and decision rule are the only verdicts it makes." if summary["kind"] ==
+                                        "confirmatory" else "Exploratory: chosen or tuned on the seeds reported here or "
+                                        "not preregistered; a lead for a confirmatory plan, not a verdict."), "",
+             f"- Task `{summary['task']}`, {summary['data']}.",
+             f"- Baseline `{summary['baseline']}`; seeds {summary['seeds'][0]}–{summary['seeds'][-1]} "
+             f"({len(summary['seeds'])}).",
+             f"- Budget {summary['budget_compute']:,.0f} compute units under `{summary['profile']}` (figures are read "
+             f"there); runs end at {summary['budget_tokens']:,} budget tokens (recorded alongside).",
+             f"- {summary['formula']}.",
+             f"- Primary figure: Δ mean `{summary['metric']}` ({summary['primary']}) over the compute budget, arm − "
+             f"baseline on the same seed; two-sided exact sign-flip test; Holm over the family of "
+             f"**m = {summary['family_size']}** ({', '.join(summary['family'])}) at alpha {summary['alpha']}. With "
+             f"m = {summary['family_size']} no arm can pass with fewer than {summary['min_seeds_for_family']} seeds"
+             + (f" (**this plan has {len(summary['seeds'])}: no verdict is possible**)."
+                if len(summary["seeds"]) < summary["min_seeds_for_family"] else "."),
+             f"- Goal: compute-to-target ≥ {summary['goal_ratio']:g}× with the interval's lower end above 1, on an arm "
+             f"that passes the verdict."]
+    if summary.get("chosen_from"):
+        lines.append(f"- Chosen from: {summary['chosen_from']}")
+    if summary["missing_counts"]:
+        lines.append(f"- **Compute units leave out** {', '.join(summary['missing_counts'])}: the runs' metrics rows "
+                     f"do not record them, so these figures charge less work than the formula says.")
+    lines += ["", "| arm | seeds | Δ primary [95% CI] | p (sign-flip) | p (Holm) | verdict | compute-to-target [95% CI] "
+              "| target −1 s.e. / +1 s.e. | goal met | Δ over token budget [95% CI] | rows/group (base) |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for a, d in summary["arms"].items():
+        if not d.get("seeds_paired"):
+            lines.append(f"| {a} | 0 | — | — | — | no finished pairs | — | — | — | — | — |")
+            continue
+        g = d["goal"]
+        sens = f"{_x(g['sensitivity']['-1se']['ratio'])} / {_x(g['sensitivity']['+1se']['ratio'])}"
+        lines.append(f"| {a} | {d['seeds_paired']} | {_d(d['primary'])} | {d['p']:.4f} | "
+                     f"{d['p_holm']:.4f} | " if "p_holm" in d else
+                     f"| {a} | {d['seeds_paired']} | {_d(d['primary'])} | {d['p']:.4f} | — | ")
+        lines[-1] += (f"{d['verdict']} | {_ratio(g)} | {sens} | "
+                      f"{'yes' if d.get('goal_met') else 'no'} | {_d(d['token_budget_diff'])} | "
+                      f"{_rpg(d['rows_per_group'])} ({_rpg(d['rows_per_group_base'])}) |")
+    lines += ["", "Compute-to-target with each cost ratio halved / doubled (point estimates):", "",
+              "| arm | " + " | ".join(k for k in costs.RATIOS if k != "decode") + " |",
+              "|---" * len(costs.RATIOS) + "|"]
+    for a, d in summary["arms"].items():
+        if d.get("seeds_paired"):
+            cs = d["cost_sensitivity"]
+            lines.append(f"| {a} | " + " | ".join(f"{_x(cs[f'{k}x0.5'])} / {_x(cs[f'{k}x2'])}"
+                                                   for k in costs.RATIOS if k != "decode") + " |")
+    lines += ["", "Seeds a paired test needs to pass Holm here at power 0.8, for the effect and per-seed s.d. of "
+              "differences seen (simulated with the exact sign-flip test):", ""]
+    for a, d in summary["arms"].items():
+        if d.get("power"):
+            k = d["power"]["seeds"]
+            lines.append(f"- {a}: effect {abs(d['primary']['diff']):.4f}, s.d. {d['diff_sd']:.4f}: "
+                         + (f"{k} seeds" if k else "more than 16 seeds (not reachable with the exact test)") + ".")
+    held = {a: d["held_runs"] for a, d in summary["arms"].items() if d.get("held_runs")}
+    if held:
+        lines += ["", "Runs whose evaluations stop before the compute budget (their last value is held): "
+                  + ", ".join(f"{a} {n}" for a, n in held.items()) + "."]
+    lines += ["", "![per-seed differences](plan_diffs.png)", "",
+              "Each arm's per-seed differences (dots), their mean (diamond) and 95% bootstrap interval (bar), primary "
+              "figure; family arms in colour."]
+    return "\n".join(lines) + "\n"
+
+
+def plot(summary: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    arms = [a for a, d in summary["arms"].items() if d.get("seeds_paired")]
+    fig, ax = plt.subplots(figsize=(8, 0.6 * len(arms) + 1.5))
+    for y, a in enumerate(reversed(arms)):
+        d = summary["arms"][a]
+        color = "tab:blue" if d["in_family"] else "0.5"
+        jitter = np.linspace(-0.15, 0.15, len(d["diffs"])) if len(d["diffs"]) > 1 else [0.0]
+        ax.plot(d["diffs"], y + np.asarray(jitter), "o", color=color, alpha=0.5, ms=4)
+        ax.plot([d["primary"]["lo"], d["primary"]["hi"]], [y, y], color=color, lw=3, solid_capstyle="butt")
+        ax.plot(d["primary"]["diff"], y, "D", color="black", ms=6)
+    ax.axvline(0, color="black", lw=0.8)
+    ax.set_yticks(range(len(arms)), list(reversed(arms)))
+    ax.set_xlabel(f"arm − {summary['baseline']}: mean {summary['metric']} over the compute budget")
+    ax.set_title(f"{summary['plan']} ({summary['kind']}): per-seed differences, mean, 95% CI", fontsize=10)
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def write_plan_report(plan: Plan, out: Path) -> dict:
+    summary = summarize_plan(plan, out)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
+    text = markdown(summary)
+    (out / "report.md").write_text(text)
+    (out / "report.html").write_text(_html(text))
+    plot(summary, out / "plan_diffs.png")
+    return summary

@@ -1,0 +1,195 @@
+"""`rollwise bench --plan`: a bad plan is one line naming the problem; a tiny plan runs end to end on the
+simulator, resumes, refuses a changed plan, and reports Holm-adjusted verdicts; status and dry run."""
+import json
+from pathlib import Path
+
+import pytest
+
+from rollwise.bench import plan as planmod
+from rollwise.cli import main
+
+PLAN = """
+name: tiny-sim
+kind: exploratory
+task: arithmetic
+engine: sim
+data_seed: 0
+baseline: grpo
+arms:
+  grpo: {planner: uniform}
+  grpo-aa: {planner: uniform, seed_offset: 100}
+  greso: {planner: greso}
+seeds: [0, 1, 2, 3, 4, 5]
+budget: {compute_units: 4000, profile: gpu-h100-v1, tokens: 6000}
+evaluation: {split: test, size: 200, evaluations: 3, primary: greedy}
+family: [grpo-aa, greso]
+decision: {alpha: 0.05, goal_ratio: 3}
+"""
+
+
+def write(tmp_path, text, name="plan.yaml"):
+    f = tmp_path / name
+    f.write_text(text)
+    return f
+
+
+def test_a_good_plan_parses_with_its_arms_seeds_and_family():
+    p = planmod.parse_plan(PLAN)
+    assert p.baseline == "grpo" and list(p.arms) == ["grpo", "grpo-aa", "greso"]
+    assert p.run_seeds("grpo-aa") == [100, 101, 102, 103, 104, 105] and p.run_seeds("grpo") == list(range(6))
+    assert p.metric() == "eval_acc" and p.family == ["grpo-aa", "greso"] and p.budget_tokens == 6000
+    p = planmod.parse_plan(PLAN.replace("seeds: [0, 1, 2, 3, 4, 5]", "seeds: {start: 1000, count: 3}"))
+    assert p.seeds == [1000, 1001, 1002]
+    ex = planmod.load_plan(Path(__file__).parent.parent / "benchmarks/plans/example_task1.yaml")[0]
+    assert ex.kind == "exploratory" and "grpo-aa" in ex.family
+
+
+@pytest.mark.parametrize("change, message", [
+    (("  greso: {planner: greso}", "  greso: {planner: nope}"), "arms.greso: no planner named 'nope'"),
+    (("family: [grpo-aa, greso]", "family: [grpo-aa, dapo]"), "family member 'dapo' is not among the arms"),
+    (("family: [grpo-aa, greso]", "family: [grpo, greso]"), "family member 'grpo' is the baseline"),
+    (("baseline: grpo\n", ""), "missing field 'baseline'"),
+    (("data_seed: 0", "data_seed: zero"), "field 'data_seed' must be int, got 'zero'"),
+    (("kind: exploratory", "kind: final"), "field 'kind' must be one of exploratory, confirmatory"),
+    (("alpha: 0.05", "alpha: 5"), "field 'alpha' must be float"),
+    (("profile: gpu-h100-v1", "profile: tpu"), "budget: unknown cost profile 'tpu'"),
+    (("primary: greedy", "primary: pass@k"), "primary pass@k needs k >= 1"),
+    (("seeds: [0, 1, 2, 3, 4, 5]", "seeds: [0, 0]"), "distinct integers"),
+    (("grpo-aa: {planner: uniform, seed_offset: 100}", "grpo-aa: {planner: uniform}"), "would run the same runs"),
+    (("  greso: {planner: greso}", "  greso: {planner: 'os:system'}"), "not import paths"),
+    (("task: arithmetic", "task: nope"), "task: no task named 'nope'"),
+    (("kind: exploratory", "kind: confirmatory"), "cites the validation results"),
+    (("name: tiny-sim", "name: tiny-sim\nextra: 1"), "unknown field 'extra'"),
+])
+def test_a_bad_plan_is_one_line_naming_the_problem(tmp_path, capsys, change, message):
+    f = write(tmp_path, PLAN.replace(*change))
+    assert PLAN.replace(*change) != PLAN
+    assert main(["bench", "--plan", str(f), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and str(f) in err
+    assert not (tmp_path / "out").exists()  # nothing recorded, nothing run
+
+
+def test_data_seed_is_refused_where_the_task_has_no_splits_yet(tmp_path, capsys):
+    f = write(tmp_path, PLAN.replace("data_seed: 0", "data_seed: 3"))
+    assert main(["bench", "--plan", str(f), "--out", str(tmp_path / "out")]) == 2
+    assert "has no data splits by data seed yet" in capsys.readouterr().err
+
+
+def test_a_tiny_plan_runs_end_to_end_resumes_and_refuses_a_changed_plan(tmp_path, capsys):
+    f = write(tmp_path, PLAN)
+    out = tmp_path / "out"
+    assert main(["bench", "--plan", str(f), "--out", str(out)]) == 0
+    # the record: the plan's bytes and hash, before any run
+    assert (out / "plan.yaml").read_text() == PLAN
+    digest = (out / "plan.sha256").read_text().split()[0]
+    assert digest == planmod.sha256(PLAN.encode())
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["family_size"] == 2 and summary["kind"] == "exploratory"
+    arms = summary["arms"]
+    assert set(arms) == {"grpo-aa", "greso"} and arms["greso"]["seeds_paired"] == 6
+    # Holm over the two family p-values, recomputed by hand: the smaller x 2, the larger x 1, running max
+    p = sorted([arms["grpo-aa"]["p"], arms["greso"]["p"]])
+    adj = sorted([arms["grpo-aa"]["p_holm"], arms["greso"]["p_holm"]])
+    assert adj == pytest.approx([min(1, 2 * p[0]), max(min(1, 2 * p[0]), p[1])])
+    # the paired difference is the mean of the per-seed differences, and the exact p reads them
+    d = arms["greso"]["diffs"]
+    assert arms["greso"]["primary"]["diff"] == pytest.approx(sum(d) / 6)
+    assert arms["greso"]["p"] >= 2 / 2 ** 6
+    report = (out / "report.md").read_text()
+    assert "EXPLORATORY" in report and "m = 2" in report and "data seed 0" in report
+    assert "plan_diffs.png" in report and (out / "plan_diffs.png").exists()
+    # sim rows carry no prompt/learner tokens: the report says what the compute units leave out
+    assert summary["missing_counts"] == ["learner_tokens", "prompt_tokens"]
+    mtimes = {q: q.stat().st_mtime_ns for q in out.rglob("metrics.jsonl")}
+    assert len(mtimes) == 18
+
+    # resume: the same plan reuses every finished run
+    capsys.readouterr()
+    assert main(["bench", "--plan", str(f), "--out", str(out)]) == 0
+    assert {q: q.stat().st_mtime_ns for q in out.rglob("metrics.jsonl")} == mtimes
+    # a changed plan on the same --out is refused with one line, and nothing recorded moves
+    f.write_text(PLAN.replace("alpha: 0.05", "alpha: 0.1"))
+    assert main(["bench", "--plan", str(f), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "a changed plan is a new plan" in err and err.count("\n") == 1
+    assert (out / "plan.yaml").read_text() == PLAN and (out / "plan.sha256").read_text().split()[0] == digest
+    assert {q: q.stat().st_mtime_ns for q in out.rglob("metrics.jsonl")} == mtimes
+
+    # status: every run done
+    assert main(["bench", "status", str(out)]) == 0
+    status = capsys.readouterr().out
+    assert "tiny-sim" in status and "total" in status
+    total = [x for x in status.splitlines() if x.startswith("total")][0].split()
+    assert total[1:4] == ["18", "18", "0"]
+
+
+def test_dry_run_prints_core_hours_and_runs_nothing(tmp_path, capsys):
+    f = write(tmp_path, PLAN.replace("engine: sim\n", ""))  # the tiny model: a CPU-profile estimate
+    out = tmp_path / "out"
+    assert main(["bench", "--plan", str(f), "--out", str(out), "--dry-run"]) == 0
+    text = capsys.readouterr().out
+    assert not out.exists()
+    lines = {x.split()[0]: x.split() for x in text.splitlines() if x.split() and x.split()[0] in ("grpo", "total")}
+    assert lines["grpo"][1:4] == ["6", "0", "6"] and lines["total"][1:4] == ["18", "0", "18"]
+    assert float(lines["total"][-1]) > 0 and "core-hours in all" in text
+    assert "needs at least 7 seeds" in text  # 6 seeds, a family of 2
+
+
+def test_a_confirmatory_plan_must_be_committed_before_its_runs(tmp_path, capsys):
+    text = PLAN.replace("kind: exploratory", "kind: confirmatory\nchosen_from: validation runs X").replace(
+        "seeds: [0, 1, 2, 3, 4, 5]", "seeds: {start: 1000, count: 7}")
+    f = write(tmp_path, text)
+    assert main(["bench", "--plan", str(f), "--out", str(tmp_path / "out")]) == 2
+    assert "committed to git" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "plan.yaml").exists()
+
+
+def test_plan_flags_that_the_plan_sets_are_refused(tmp_path, capsys):
+    f = write(tmp_path, PLAN)
+    assert main(["bench", "--plan", str(f), "--seeds", "3"]) == 2
+    assert "drop it" in capsys.readouterr().err
+    assert main(["bench", "status"]) == 2
+    assert "rollwise bench status DIR" in capsys.readouterr().err
+
+
+def test_a_confirmatory_plan_with_too_few_seeds_for_its_family_is_refused(tmp_path):
+    text = PLAN.replace("kind: exploratory", "kind: confirmatory\nchosen_from: validation runs X")
+    # family of 2 at 0.05: 2/2^k <= 0.025 needs k >= 7; the plan has 6
+    with pytest.raises(planmod.PlanError, match="needs 7..16 seeds .* got 6"):
+        planmod.parse_plan(text)
+    assert planmod.parse_plan(text.replace("seeds: [0, 1, 2, 3, 4, 5]", "seeds: {start: 1000, count: 7}")).seeds[-1] == 1006
+
+
+def test_a_plan_that_is_not_a_yaml_mapping_is_one_line(tmp_path):
+    with pytest.raises(planmod.PlanError, match="not valid YAML"):
+        planmod.parse_plan("name: [", "plan p")
+    with pytest.raises(planmod.PlanError, match="expected a mapping of plan fields"):
+        planmod.parse_plan("- a\n- b\n", "plan p")
+    with pytest.raises(planmod.PlanError, match="cannot read it"):
+        planmod.load_plan(tmp_path / "missing.yaml")
+
+
+def test_holm_counts_family_arms_without_results_as_p_one(tmp_path, monkeypatch):
+    """A report made while an arm of the family has no finished runs is as strict as the final one: the
+    missing arm counts in the family with p = 1."""
+    from rollwise.bench import plan_report
+
+    p = planmod.parse_plan(PLAN)
+    out = tmp_path / "out"
+    real = plan_report.load_arm
+    monkeypatch.setattr(plan_report, "load_arm", lambda plan, o, arm: [None] * 6 if arm == "greso" else real(plan, o, arm))
+    planmod.run_plan(p, PLAN.encode(), tmp_path / "plan.yaml", out, log=lambda m: None)
+    s = plan_report.summarize_plan(p, out, power_sims=50)
+    aa = s["arms"]["grpo-aa"]
+    assert s["arms"]["greso"] == {"seeds_paired": 0}
+    assert aa["p_holm"] == pytest.approx(min(1.0, 2 * aa["p"]))  # m = 2, not 1
+
+
+def test_bad_arm_settings_are_refused_before_the_plan_is_recorded(tmp_path, capsys):
+    text = PLAN.replace("engine: sim\n", "").replace("greso: {planner: greso}", "greso: {planner: greso, set: {batch_size: -4}}")
+    f = write(tmp_path, text)
+    assert main(["bench", "--plan", str(f), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "arms.greso:" in err and "batch_size" in err and err.count("\n") == 1
+    assert not (tmp_path / "out").exists()
