@@ -74,7 +74,7 @@ def test_stage2_ranks_by_prompt_entropy_and_drops_stale():
     out = h.stage2(ctx.pool[:4], ctx)
     assert [p.id for p in out] == [1, 2, 0]
     assert ctx.metrics["hive_stale"] == 1
-    assert ctx.ledger.prompt_tokens == sum(len(p.text) for p in ctx.pool[:4])  # the prefill is charged
+    assert ctx.ledger.scoring_tokens == sum(len(p.text) for p in ctx.pool[:4])  # the scoring prefill is charged
     # observe stores the entropy measured this step for the prompts that were rolled out
     groups = [_group(ctx.pool[1], 4)]
     h.observe(groups, Batch(groups), ctx)

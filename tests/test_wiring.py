@@ -55,3 +55,26 @@ def test_learner_tokens_survive_a_checkpoint(tmp_path):
     back = Ledger()
     back.load_state_dict(s)
     assert back.compute_counts() == tr.ledger.compute_counts()
+
+
+def test_a_compute_budget_ends_the_run_and_spaces_its_evaluations(tmp_path):
+    """Every row's `compute` is the profile's formula over the row's own counts (gpu-h100-v1: decode 1,
+    prefill 0.40, learner 1.52, log-prob 0.51); the run stops at the first step at or past the budget, and
+    is evaluated at the first step after each multiple of eval_every_compute (and at the end)."""
+    from rollwise.bench.costs import load_profile
+
+    r = load_profile("gpu-h100-v1").ratios
+    tr = _trainer(tmp_path, steps=50, budget_compute=6000.0, eval_every_compute=2500.0, eval_size=8)
+    rows = [x for x in tr.run() if x["step"] > 0]
+    for x in rows:
+        decode = sum(v for k, v in x.items() if k.startswith("tok/") and k.count("/") == 3
+                     and k.split("/")[1] not in ("eval", "oracle") and k.split("/")[3] in ("decoded", "shared"))
+        want = (r["decode"] * decode + r["prefill"] * x["prompt_tokens"] + r["learner"] * x["learner_tokens"]
+                + r["logprob"] * (x["old_logprob_tokens"] + x["ref_logprob_tokens"]) + r["scoring"] * x["scoring_tokens"])
+        assert x["compute"] == pytest.approx(want)
+    assert rows[-1]["compute"] >= 6000 > rows[-2]["compute"]
+    evaluated = [x["step"] for x in rows if "eval_acc" in x]
+    crossed = [x["step"] for a, x in zip(rows, rows[1:]) if x["compute"] // 2500 > a["compute"] // 2500]
+    if rows[0]["compute"] >= 2500:
+        crossed.insert(0, rows[0]["step"])
+    assert evaluated == sorted(set(crossed) | {rows[-1]["step"]})

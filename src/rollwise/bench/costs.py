@@ -152,8 +152,11 @@ def counts_from_row(row: dict, config: dict | None = None) -> tuple[dict, list[s
             missing.append(name)
     counts["prefill_tokens"] = row.get("prompt_tokens", 0) + row.get("tok/verified", 0)
     counts["learner_tokens"] = row.get("learner_tokens", 0)
-    epochs = max(int((config or {}).get("learner", {}).get("epochs", 1)), 1)
-    counts["logprob_tokens"] = logprob_passes(config) * counts["learner_tokens"] / epochs
+    if "old_logprob_tokens" in row:  # rows since 0.4 count the learner's log-prob passes themselves
+        counts["logprob_tokens"] = row["old_logprob_tokens"] + row.get("ref_logprob_tokens", 0)
+    else:  # older rows: one pass per trained token for each that the config computes
+        epochs = max(int((config or {}).get("learner", {}).get("epochs", 1)), 1)
+        counts["logprob_tokens"] = logprob_passes(config) * counts["learner_tokens"] / epochs
     counts["scoring_tokens"] = row.get("scoring_tokens", 0)
     counts["aux_tokens"] = row.get("aux_tokens", 0)
     return counts, missing

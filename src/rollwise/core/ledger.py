@@ -38,6 +38,7 @@ class Ledger:
     learner_tokens: int = 0  # tokens the learner ran forward+backward on (prompt + response, x epochs)
     old_logprob_tokens: int = 0  # tokens of the learner's no-grad pi_old pass (learner.recompute_old)
     ref_logprob_tokens: int = 0  # tokens of the reference policy's pass (learner.kl_coef > 0)
+    scoring_tokens: int = 0  # prompt tokens of prefill-only scoring passes (HIVE, DOTS)
     reused_tokens: int = 0  # tokens trained in a later step than the one that generated them
     verified_tokens: int = 0  # draft tokens scored by a verification prefill (SPEC-RL), accepted or not
     draft_cost: float = 1.0  # cost of a draft-verified token in decoded-token units (engine-measured)
@@ -61,11 +62,23 @@ class Ledger:
         self.old_logprob_tokens += int(stats.pop("old_logprob_tokens", 0))
         self.ref_logprob_tokens += int(stats.pop("ref_logprob_tokens", 0))
 
+    def work(self) -> dict[str, float]:
+        """Every kind of work so far, as bench/costs.py `compute_units` prices it: decode (every generated
+        token but eval and the oracle's, whatever its fate), prefill (prompts, prefixes, re-prefills and
+        draft tokens a verification scored), the learner's forward+backward, its old/reference log-prob
+        forwards, prompt scoring (HIVE, DOTS). ARRoL's head is not counted (~1e-6 of a decode token each)."""
+        decoded = sum(v for (p, _, k), v in self.tokens.items() if p not in OFF_BUDGET and k in DECODED_KINDS)
+        return {"decode_tokens": decoded, "prefill_tokens": self.prompt_tokens + self.verified_tokens,
+                "learner_tokens": self.learner_tokens,
+                "logprob_tokens": self.old_logprob_tokens + self.ref_logprob_tokens,
+                "scoring_tokens": self.scoring_tokens, "aux_tokens": 0}
+
     def compute_counts(self) -> dict[str, int]:
         """The non-decode work a compute budget charges (prefill and the learner's passes), as running
         totals for a metrics row."""
         return {"prompt_tokens": self.prompt_tokens, "learner_tokens": self.learner_tokens,
-                "old_logprob_tokens": self.old_logprob_tokens, "ref_logprob_tokens": self.ref_logprob_tokens}
+                "old_logprob_tokens": self.old_logprob_tokens, "ref_logprob_tokens": self.ref_logprob_tokens,
+                "scoring_tokens": self.scoring_tokens}
 
     def settle(self, groups, frm: str, to) -> int:
         """Move the groups' rollouts of fate `frm` to fate `to` (a fate, or {purpose: fate} for some
@@ -143,6 +156,7 @@ class Ledger:
                 "rollouts": [[*k, v] for k, v in self.rollouts.items()],
                 "prompt_tokens": self.prompt_tokens, "learner_tokens": self.learner_tokens,
                 "old_logprob_tokens": self.old_logprob_tokens, "ref_logprob_tokens": self.ref_logprob_tokens,
+                "scoring_tokens": self.scoring_tokens,
                 "reused_tokens": self.reused_tokens, "draft_cost": self.draft_cost,
                 "verified_tokens": self.verified_tokens,
                 "seconds": dict(self.seconds)}
@@ -156,6 +170,7 @@ class Ledger:
         self.learner_tokens = int(s["learner_tokens"])
         self.old_logprob_tokens = int(s.get("old_logprob_tokens", 0))  # checkpoints from before 0.4: not counted
         self.ref_logprob_tokens = int(s.get("ref_logprob_tokens", 0))
+        self.scoring_tokens = int(s.get("scoring_tokens", 0))
         self.reused_tokens = int(s.get("reused_tokens", 0))
         self.draft_cost = float(s.get("draft_cost", 1.0))
         self.verified_tokens = int(s.get("verified_tokens", 0))

@@ -44,6 +44,7 @@ import torch
 
 from ..generate.local_pool import LocalEnginePool
 from ..generate.ray_pool import RayEnginePool
+from .budget import LEARNER_WORK
 from .staleness import StalenessGate
 
 
@@ -85,6 +86,7 @@ class AsyncLoop:
         # began, less the pauses for evaluation and checkpoints. Generation holds `quiet` while it collects
         # and evaluation takes it, so no step is generated during an evaluation that is not counted.
         self.quiet = threading.Lock()
+        self._spent = tr.budget.spent(tr.ledger)  # at the last step the learner logged (eval spacing)
         self.paused_s = 0.0
 
     # ---- generation thread ------------------------------------------------------------------
@@ -92,7 +94,7 @@ class AsyncLoop:
         tr, cfg = self.tr, self.tr.cfg
         try:
             for t in range(tr.step, cfg.steps):
-                if self.stop.is_set() or (cfg.budget_tokens and tr.ledger.budget_tokens() >= cfg.budget_tokens):
+                if self.stop.is_set() or tr.budget.exhausted(tr.ledger):
                     break
                 if t % cfg.checkpoint_every == 0 and t > 0:  # a quiescent checkpoint first
                     with self.saved:
@@ -108,7 +110,7 @@ class AsyncLoop:
                 with self.quiet:
                     out = tr.driver.collect(tr.planner, ctx, version=t)
                 tr.planner.observe(out.batch, ctx)
-                self.queue.put((t, ctx, out, tr.ledger_view(), before))
+                self.queue.put((t, ctx, out, tr.ledger_view(), before, tr.ledger.work()))
         except BaseException as e:  # noqa: BLE001 - handed to the learner thread, which re-raises it
             self.error = tr.sampling_failed(e) if isinstance(e, RuntimeError) else e
         finally:
@@ -127,7 +129,7 @@ class AsyncLoop:
                 item = self.queue.get()
                 if item is None:
                     break
-                t, ctx, out, view, before = item
+                t, ctx, out, view, before, work = item
                 tr.driver.learn(out, tr.guard)  # non-finite updates undone
                 tr.step = t + 1
                 self.weights[tr.step] = _snapshot(tr.policy)
@@ -137,13 +139,19 @@ class AsyncLoop:
                 self.gate.release(t)
                 lag = out.staleness.get("staleness_max", 0)
                 self.staleness_hist[lag] = self.staleness_hist.get(lag, 0) + 1
-                # eval counts as the learner (their only writer) has them now, as in the synchronous loop: the
-                # generation thread's view of them depended on where the evaluations fell between its steps
+                # eval counts and the learner's own counts as the learner (their only writer) has them now, as
+                # in the synchronous loop: the generation thread's view of them depended on where evaluations
+                # and updates fell between its steps
                 view.update({k: v for k, v in tr.ledger_view().items()
-                             if k in ("tokens_eval", "rollouts_eval") or k.startswith("tok/eval/")})
+                             if k in ("tokens_eval", "rollouts_eval", "learner_tokens", "old_logprob_tokens",
+                                      "ref_logprob_tokens") or k.startswith("tok/eval/")})
+                learned = tr.ledger.work()
+                now = tr.budget.spent_of(view["tokens"], {**work, **{k: learned[k] for k in LEARNER_WORK}})
+                view["compute"] = now.compute
                 row = tr.step_row(ctx, out, view, before)
-                last = tr.step >= cfg.steps or (cfg.budget_tokens and view["tokens"] >= cfg.budget_tokens)
-                if (cfg.eval_every or cfg.eval_every_tokens) and (last or self._eval_due(before, view["tokens"])):
+                last = tr.step >= cfg.steps or tr.budget.exhausted_at(now)
+                if (cfg.eval_every or cfg.eval_every_tokens or cfg.eval_every_compute) and \
+                        (last or self._eval_due(self._spent, now)):
                     with self.quiet:
                         with self._paused():
                             row.update(tr._evaluate())
@@ -152,6 +160,7 @@ class AsyncLoop:
                 row["gen_s"] = tr.ledger.seconds.get("generate", 0.0)
                 row["worker_restarts"] = self.pool.restarts
                 rows.append(tr._log_row(row, metrics_file))
+                self._spent = now
                 if tr.skip_streak >= cfg.max_skipped_steps:
                     raise tr.too_many_skips(row)
                 if tr.step % cfg.checkpoint_every == 0 or last:
@@ -178,12 +187,11 @@ class AsyncLoop:
         finally:
             self.paused_s += time.perf_counter() - t0
 
-    def _eval_due(self, before: int, after: int) -> bool:
+    def _eval_due(self, before, after) -> bool:
         cfg = self.tr.cfg
         if cfg.eval_every and self.tr.step % cfg.eval_every == 0:
             return True
-        n = cfg.eval_every_tokens
-        return bool(n) and after // n > before // n
+        return self.tr.budget.crossed(before, after)
 
     def _checkpoint(self) -> None:
         """Save once generation has caught up with the learner (nothing in flight), with the weights the

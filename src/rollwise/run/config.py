@@ -10,7 +10,7 @@ import math
 import re
 import types
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -48,9 +48,16 @@ class Config:
                                  "available)")
     seed: int = setting(0, "seed of every random stream of the run")
     budget_tokens: int = setting(0, "stop once this many generated tokens are spent (0: no limit)")
+    budget_compute: float = setting(0.0, "stop once this many compute units are spent under cost_profile: decode, "
+                                         "prefill and the learner's passes priced per token (0: no limit; "
+                                         "run/budget.py)")
+    cost_profile: str = setting("gpu-h100-v1", "the cost profile that prices compute units: a shipped name "
+                                               "(gpu-h100-v1, cpu-epyc-v1) or a YAML file")
     eval_every: int = setting(10, "steps between held-out evaluations (0: off unless eval_every_tokens is set)")
     eval_every_tokens: int = setting(0, "also evaluate at the first step after each multiple of this many "
                                         "generated tokens (0: off)")
+    eval_every_compute: float = setting(0.0, "also evaluate at the first step after each multiple of this many "
+                                             "compute units (0: off)")
     eval_size: int = setting(0, "held-out prompts per evaluation (0: all)")
     eval_k: int = setting(0, "pass@k with k samples per held-out prompt (0: off)")
     eval_samples: int = setting(0, "samples per held-out prompt for pass@k (>= eval_k)")
@@ -280,6 +287,8 @@ RANGES: dict[str, tuple] = {
     "max_new_tokens": (lambda v: v >= 1, ">= 1"),
     "seed": (lambda v: 0 <= v < 2 ** 63, "in [0, 2**63)"),
     "budget_tokens": (lambda v: v >= 0, ">= 0 (0 = no limit)"),
+    "budget_compute": (_finite_ge0, "a finite number >= 0 (0 = no limit)"),
+    "eval_every_compute": (_finite_ge0, "a finite number >= 0 (0 = off)"),
     "eval_every": (lambda v: v >= 0, ">= 0 (0 = off)"),
     "eval_every_tokens": (lambda v: v >= 0, ">= 0 (0 = off)"),
     "eval_size": (lambda v: v >= 0, ">= 0 (0 = all)"),
@@ -334,6 +343,9 @@ def check_fields(cfg: Config) -> None:
         if getattr(cfg, name) is not None and not getattr(cfg, name).strip():
             raise ValueError(f"{name} must not be an empty string")
     resolve_device(cfg.device)
+    from ..bench.costs import load_profile
+
+    load_profile(cfg.cost_profile)  # an unknown profile or a bad file: one line naming it
     check_reward(cfg)
     from .loggers import check_loggers
 
@@ -470,8 +482,8 @@ def resolve_device(device: str) -> str:
 # run lives. None of them changes what a step computes. Any other change needs allow_config_change.
 # `device` may change too: a checkpoint holds CPU tensors and loads on any device (another device rounds
 # differently, so a resume there continues the run, not bit for bit).
-RESUME_MAY_CHANGE = ("out", "steps", "budget_tokens", "eval_every", "eval_every_tokens", "checkpoint_every",
-                     "loggers", "device")
+RESUME_MAY_CHANGE = ("out", "steps", "budget_tokens", "budget_compute", "eval_every", "eval_every_tokens",
+                     "eval_every_compute", "checkpoint_every", "loggers", "device")
 
 
 def flat(d: dict, prefix: str = "") -> dict:
@@ -490,5 +502,7 @@ def config_changes(recorded: dict, cfg: Config) -> dict[str, tuple]:
     lacks (added to Config since) counts as its default; one Config no longer has is ignored."""
     new = flat(cfg.to_dict())
     old = {**flat(Config().to_dict()), **{k: v for k, v in flat(recorded).items() if k in new}}
+    if old.get("max_staleness") == 1 and new.get("max_staleness") is None:
+        old["max_staleness"] = None  # written when unset before 0.4 (the sync loop ignored it; async's default)
     return {k: (old.get(k), new.get(k)) for k in sorted(new)
             if k not in RESUME_MAY_CHANGE and old.get(k) != new.get(k)}

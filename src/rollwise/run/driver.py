@@ -179,12 +179,12 @@ class StepDriver:
                 self.policy.version)
 
     def prompt_stats(self, texts: list[str]):
-        """The policy's prefill-only prompt statistics (HIVE, DOTS), their prompt tokens charged."""
+        """The policy's prefill-only prompt statistics (HIVE, DOTS), their prompt tokens charged as scoring."""
         ent, emb = self.policy.prompt_stats(texts)
         try:
-            self.ledger.prompt_tokens += sum(len(self.policy.encode(t)) for t in texts)
+            self.ledger.scoring_tokens += sum(len(self.policy.encode(t)) for t in texts)
         except Exception:  # noqa: BLE001 - a policy without a tokenizer interface: count characters
-            self.ledger.prompt_tokens += sum(len(t) for t in texts)
+            self.ledger.scoring_tokens += sum(len(t) for t in texts)
         return ent, emb
 
     # ---- one step ---------------------------------------------------------------------------

@@ -44,6 +44,7 @@ from .config import Config, config_changes, resolve_device, validate, RESUME_MAY
 from .driver import StepDriver
 from .evaluate import check_finite_weights, evaluate
 from .loggers import open_loggers
+from .budget import Budget
 from .staleness import StalenessPolicy
 
 CKPT = "checkpoint.pt"
@@ -90,6 +91,7 @@ class Trainer:
         self.rng = np.random.default_rng(cfg.seed)
         self.planner = build_planner(cfg.planner, len(self.pool), self.rng, cfg.planner_options)
         self.staleness = StalenessPolicy.for_run(cfg.mode, cfg.max_staleness)  # the run's one bound
+        self.budget = Budget.from_config(cfg)  # what ends the run and spaces its evaluations
         self.planner.staleness = self.staleness
         if self.planner.draft_cost is not None:  # SPEC-RL's draft tokens, in decoded-token units
             self.ledger.draft_cost = self.planner.draft_cost
@@ -133,7 +135,8 @@ class Trainer:
         return {"tokens": led.budget_tokens(), "rollouts": led.budget_rollouts(),
                 **{f"tokens_{k}": v for k, v in led.legacy_tokens().items()},
                 **{f"rollouts_{k}": v for k, v in led.legacy_rollouts().items()},
-                "tokens_reused": led.reused_tokens, **led.compute_counts(), **led.breakdown()}
+                "tokens_reused": led.reused_tokens, **led.compute_counts(),
+                "compute": self.budget.spent(led).compute, **led.breakdown()}
 
     def step_row(self, ctx: StepContext, out, view: dict, tokens_before: int) -> dict:
         """One metrics.jsonl row for a trained step."""
@@ -205,7 +208,7 @@ class Trainer:
         self.loggers = open_loggers(cfg.loggers, self.out, cfg.to_dict())
         if resumed:
             self.log(f"resuming {self.out} from step {self.step}")
-        evals = cfg.eval_every or cfg.eval_every_tokens
+        evals = cfg.eval_every or cfg.eval_every_tokens or cfg.eval_every_compute
         if self.step == 0 and evals:
             rows.append(self._log_row({"step": 0, "tokens": 0, **self._evaluate()}, metrics_file))
         if cfg.mode == "async":
@@ -214,12 +217,12 @@ class Trainer:
             return AsyncLoop(self).run(rows, metrics_file)
         bar = tqdm(total=cfg.steps, initial=self.step, desc=f"train {cfg.planner}", file=sys.stderr,
                    disable=not sys.stderr.isatty() and os.environ.get("ROLLWISE_PROGRESS") != "1")
-        while self.step < cfg.steps and not (cfg.budget_tokens and self.ledger.budget_tokens() >= cfg.budget_tokens):
-            tokens_before = self.ledger.budget_tokens()
+        while self.step < cfg.steps and not self.budget.exhausted(self.ledger):
+            before = self.budget.spent(self.ledger)
             with self.ledger.timer("step"):
                 row = self.train_step()
-            last = self.step >= cfg.steps or (cfg.budget_tokens and self.ledger.budget_tokens() >= cfg.budget_tokens)
-            if evals and (last or self._eval_due(tokens_before)):
+            last = self.step >= cfg.steps or self.budget.exhausted(self.ledger)
+            if evals and (last or self._eval_due(before)):
                 row.update(self._evaluate())
             row["wall_s"] = self.ledger.seconds["step"]  # training wall time, eval excluded
             row["gen_s"] = self.ledger.seconds.get("generate", 0.0)
@@ -268,14 +271,13 @@ class Trainer:
             f.write(json.dumps({"step": self.step, "changes": {k: list(v) for k, v in changes.items()}},
                                default=str) + "\n")
 
-    def _eval_due(self, tokens_before: int) -> bool:
-        """Every eval_every steps, or at the first step boundary after each multiple of
-        eval_every_tokens generated tokens (so every planner is evaluated at the same token spacing)."""
-        cfg = self.cfg
-        if cfg.eval_every and self.step % cfg.eval_every == 0:
+    def _eval_due(self, before) -> bool:
+        """Every eval_every steps, or at the first step boundary after each multiple of eval_every_tokens
+        generated tokens or eval_every_compute compute units (so every planner is evaluated at the same
+        spacing in what the budget counts)."""
+        if self.cfg.eval_every and self.step % self.cfg.eval_every == 0:
             return True
-        n = cfg.eval_every_tokens
-        return bool(n) and self.ledger.budget_tokens() // n > tokens_before // n
+        return self.budget.crossed(before, self.budget.spent(self.ledger))
 
     def _evaluate(self) -> dict:
         with self.ledger.timer("eval"):

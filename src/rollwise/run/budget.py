@@ -1,0 +1,57 @@
+"""What ends a run and spaces its evaluations: generated tokens, or compute units under a cost profile.
+
+Bench 3.0 (shared/WAVE3.md) ends runs on a **compute budget**: decode, prefill and the learner's passes,
+each priced by a named cost profile (bench/costs.py; `gpu-h100-v1` by default) relative to one decoded
+token. The token budget of earlier benches stays: `budget_tokens` / `eval_every_tokens` count generated
+tokens exactly as before; `budget_compute` / `eval_every_compute` count compute units. Either, or both,
+may be set; a run stops when any set budget is spent, and is evaluated at the first step boundary after
+each multiple of a set spacing (as WAVE3 asks: evaluations at every 1/6 of the budget, read in compute).
+The ledger is the one source of every count (core/ledger.py `work()`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+LEARNER_WORK = ("learner_tokens", "logprob_tokens")  # what the learner's own passes add (written by the learner)
+
+
+@dataclass(frozen=True)
+class Spent:
+    tokens: int
+    compute: float
+
+
+@dataclass(frozen=True)
+class Budget:
+    tokens: int = 0  # generated tokens (0: no limit)
+    every_tokens: int = 0  # evaluate after each multiple (0: off)
+    compute: float = 0.0  # compute units under `profile` (0: no limit)
+    every_compute: float = 0.0
+    profile: object = None  # a bench.costs.CostProfile
+
+    @classmethod
+    def from_config(cls, cfg) -> "Budget":
+        from ..bench.costs import load_profile
+
+        return cls(int(cfg.budget_tokens), int(cfg.eval_every_tokens), float(cfg.budget_compute),
+                   float(cfg.eval_every_compute), load_profile(cfg.cost_profile))
+
+    def spent(self, ledger) -> Spent:
+        return self.spent_of(ledger.budget_tokens(), ledger.work())
+
+    def spent_of(self, tokens: int, work: dict) -> Spent:
+        """From counts taken apart (the async loop: the generation side's, with the learner's own on top)."""
+        from ..bench.costs import compute_units
+
+        return Spent(int(tokens), compute_units(work, self.profile))
+
+    def exhausted_at(self, s: Spent) -> bool:
+        return bool(self.tokens and s.tokens >= self.tokens) or bool(self.compute and s.compute >= self.compute)
+
+    def exhausted(self, ledger) -> bool:
+        return self.exhausted_at(self.spent(ledger))
+
+    def crossed(self, before: Spent, after: Spent) -> bool:
+        """A set spacing's multiple was passed between two points of the run."""
+        return (bool(self.every_tokens) and after.tokens // self.every_tokens > before.tokens // self.every_tokens) \
+            or (bool(self.every_compute) and after.compute // self.every_compute > before.compute // self.every_compute)
