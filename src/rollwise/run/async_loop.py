@@ -38,7 +38,6 @@ import contextlib
 import queue
 import threading
 import time
-from pathlib import Path
 
 import torch
 
@@ -86,7 +85,6 @@ class AsyncLoop:
         # began, less the pauses for evaluation and checkpoints. Generation holds `quiet` while it collects
         # and evaluation takes it, so no step is generated during an evaluation that is not counted.
         self.quiet = threading.Lock()
-        self._spent = tr.budget.spent(tr.ledger)  # at the last step the learner logged (eval spacing)
         self.paused_s = 0.0
 
     # ---- generation thread ------------------------------------------------------------------
@@ -116,82 +114,85 @@ class AsyncLoop:
         finally:
             self.queue.put(None)
 
-    # ---- learner (the calling thread) --------------------------------------------------------
-    def run(self, rows: list[dict], metrics_file: Path) -> list[dict]:
-        tr, cfg = self.tr, self.tr.cfg
+    # ---- the learner side: a source of trained steps for the run's one schedule (Trainer._schedule) ----
+    def steps(self):
+        """Start the generation thread; for each step it hands over, in order: learn, publish the new
+        weights, and yield the trained step (with the learner's own counts as it has them now)."""
+        from .loop import TrainedStep
+
+        tr = self.tr
         gen = threading.Thread(target=self._generate, name="rollwise-generate", daemon=True)
+        self._gen = gen
         self.pool.wait_ready()  # worker start-up is not training time (the sync loop builds its engine first)
-        wall0 = tr.ledger.seconds.get("step", 0.0)  # a resumed run's training wall time so far
+        self.wall0 = tr.ledger.seconds.get("step", 0.0)  # a resumed run's training wall time so far
         self.started = time.perf_counter()
         gen.start()
-        try:
-            while True:
-                item = self.queue.get()
-                if item is None:
-                    break
-                t, ctx, out, view, before, work = item
-                tr.driver.learn(out, tr.guard)  # non-finite updates undone
-                tr.step = t + 1
-                self.weights[tr.step] = _snapshot(tr.policy)
-                for k in [k for k in self.weights if k < tr.step - self.S]:
-                    del self.weights[k]
-                self.gate.publish(tr.step)
-                self.gate.release(t)
-                lag = out.staleness.get("staleness_max", 0)
-                self.staleness_hist[lag] = self.staleness_hist.get(lag, 0) + 1
-                # eval counts and the learner's own counts as the learner (their only writer) has them now, as
-                # in the synchronous loop: the generation thread's view of them depended on where evaluations
-                # and updates fell between its steps
-                view.update({k: v for k, v in tr.ledger_view().items()
-                             if k in ("tokens_eval", "rollouts_eval", "learner_tokens", "old_logprob_tokens",
-                                      "ref_logprob_tokens") or k.startswith("tok/eval/")})
-                learned = tr.ledger.work()
-                now = tr.budget.spent_of(view["tokens"], {**work, **{k: learned[k] for k in LEARNER_WORK}})
-                view["compute"] = now.compute
-                row = tr.step_row(ctx, out, view, before)
-                last = tr.step >= cfg.steps or tr.budget.exhausted_at(now)
-                if (cfg.eval_every or cfg.eval_every_tokens or cfg.eval_every_compute) and \
-                        (last or self._eval_due(self._spent, now)):
-                    with self.quiet:
-                        with self._paused():
-                            row.update(tr._evaluate())
-                tr.ledger.seconds["step"] = wall0 + time.perf_counter() - self.started - self.paused_s
-                row["wall_s"] = tr.ledger.seconds["step"]
-                row["gen_s"] = tr.ledger.seconds.get("generate", 0.0)
-                row["worker_restarts"] = self.pool.restarts
-                rows.append(tr._log_row(row, metrics_file))
-                self._spent = now
-                if tr.skip_streak >= cfg.max_skipped_steps:
-                    raise tr.too_many_skips(row)
-                if tr.step % cfg.checkpoint_every == 0 or last:
-                    with self._paused():  # generation waits for it (quiescent), as the synchronous loop does
-                        self._checkpoint()
-                if last:
-                    self.stop.set()
-        finally:
-            self.stop.set()
-            self.gate.close()
-            with self.saved:
-                self.saved.notify_all()
-            gen.join(timeout=60)
-            self.pool.shutdown()
+        while True:
+            item = self.queue.get()
+            if item is None:
+                break
+            t, ctx, out, view, before, work = item
+            tr.driver.learn(out, tr.guard)  # non-finite updates undone
+            tr.step = t + 1
+            self.weights[tr.step] = _snapshot(tr.policy)
+            for k in [k for k in self.weights if k < tr.step - self.S]:
+                del self.weights[k]
+            self.gate.publish(tr.step)
+            self.gate.release(t)
+            lag = out.staleness.get("staleness_max", 0)
+            self.staleness_hist[lag] = self.staleness_hist.get(lag, 0) + 1
+            # eval counts and the learner's own counts as the learner (their only writer) has them now, as in
+            # the synchronous loop: the generation thread's view of them depended on where evaluations and
+            # updates fell between its steps
+            view.update({k: v for k, v in tr.ledger_view().items()
+                         if k in ("tokens_eval", "rollouts_eval", "learner_tokens", "old_logprob_tokens",
+                                  "ref_logprob_tokens") or k.startswith("tok/eval/")})
+            learned = tr.ledger.work()
+            spent = tr.budget.spent_of(view["tokens"], {**work, **{k: learned[k] for k in LEARNER_WORK}})
+            view["compute"] = spent.compute
+            yield TrainedStep(ctx, out, view, before, spent)
         if self.error is not None:
             raise self.error
-        return rows
 
     @contextlib.contextmanager
-    def _paused(self):
+    def paused(self):
+        """An evaluation: generation is held still (it would otherwise run ahead for free), and the time is
+        not training time."""
+        with self.quiet, self._unclocked():
+            yield
+
+    @contextlib.contextmanager
+    def _unclocked(self):
         t0 = time.perf_counter()
         try:
             yield
         finally:
             self.paused_s += time.perf_counter() - t0
 
-    def _eval_due(self, before, after) -> bool:
-        cfg = self.tr.cfg
-        if cfg.eval_every and self.tr.step % cfg.eval_every == 0:
-            return True
-        return self.tr.budget.crossed(before, after)
+    def timing(self) -> dict:
+        tr = self.tr
+        tr.ledger.seconds["step"] = self.wall0 + time.perf_counter() - self.started - self.paused_s
+        return {"wall_s": tr.ledger.seconds["step"], "gen_s": tr.ledger.seconds.get("generate", 0.0),
+                "worker_restarts": self.pool.restarts}
+
+    def checkpoint(self) -> None:
+        with self._unclocked():  # generation waits for it at checkpoint steps (quiescent), as the sync loop does
+            self._checkpoint()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.gate.close()
+        with self.saved:
+            self.saved.notify_all()
+        gen = getattr(self, "_gen", None)
+        deadline = time.monotonic() + 120
+        while gen is not None and gen.is_alive() and time.monotonic() < deadline:
+            try:  # a generation thread blocked on a full queue: make room until it ends
+                self.queue.get_nowait()
+            except queue.Empty:
+                pass
+            gen.join(timeout=0.1)
+        self.pool.shutdown()
 
     def _checkpoint(self) -> None:
         """Save once generation has caught up with the learner (nothing in flight), with the weights the

@@ -17,6 +17,7 @@ What protects a run and its directory:
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import math
@@ -25,6 +26,7 @@ import pickle
 import random
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -109,6 +111,11 @@ class Trainer:
 
     # ---- one step: the driver runs Control, Generate, Filter, Replay and Learn ----------------
     def train_step(self) -> dict:
+        """One synchronous step and its metrics row (no evaluation, logging or checkpoint: `run` does those)."""
+        done = self.one_step()
+        return self.step_row(done.ctx, done.out, done.view, done.tokens_before)
+
+    def one_step(self) -> "TrainedStep":
         ctx = self.context(self.step)
         tokens_before = self.ledger.budget_tokens()
         try:
@@ -116,7 +123,7 @@ class Trainer:
         except RuntimeError as e:
             raise self.sampling_failed(e) from None
         self.step += 1
-        return self.step_row(ctx, out, self.ledger_view(), tokens_before)
+        return TrainedStep(ctx, out, self.ledger_view(), tokens_before, self.budget.spent(self.ledger))
 
     def sampling_failed(self, e: RuntimeError) -> Exception:
         """torch's multinomial on non-finite probabilities is a stop with a reason, not a crash."""
@@ -214,27 +221,40 @@ class Trainer:
         if cfg.mode == "async":
             from .async_loop import AsyncLoop
 
-            return AsyncLoop(self).run(rows, metrics_file)
+            source = AsyncLoop(self)
+        else:
+            source = SyncSteps(self)
+        return self._schedule(source, rows, metrics_file, evals)
+
+    def _schedule(self, source, rows: list[dict], metrics_file: Path, evals) -> list[dict]:
+        """The one schedule of a run, whoever produces its steps (SyncSteps, or the async loop's learner):
+        each trained step becomes a metrics row; evaluations, logging and checkpoints fall as the config
+        says; the run ends at its step count or its budget."""
+        cfg = self.cfg
         bar = tqdm(total=cfg.steps, initial=self.step, desc=f"train {cfg.planner}", file=sys.stderr,
                    disable=not sys.stderr.isatty() and os.environ.get("ROLLWISE_PROGRESS") != "1")
-        while self.step < cfg.steps and not self.budget.exhausted(self.ledger):
-            before = self.budget.spent(self.ledger)
-            with self.ledger.timer("step"):
-                row = self.train_step()
-            last = self.step >= cfg.steps or self.budget.exhausted(self.ledger)
-            if evals and (last or self._eval_due(before)):
-                row.update(self._evaluate())
-            row["wall_s"] = self.ledger.seconds["step"]  # training wall time, eval excluded
-            row["gen_s"] = self.ledger.seconds.get("generate", 0.0)
-            rows.append(self._log_row(row, metrics_file))
-            bar.update(1)
-            bar.set_postfix(tokens=row["tokens"], acc=row.get("eval_acc", rows[-1].get("eval_acc")))
-            if self.skip_streak >= cfg.max_skipped_steps:
-                bar.close()
-                raise self.too_many_skips(rows[-1])
-            if self.step % cfg.checkpoint_every == 0 or last:
-                self.save_checkpoint()
-        bar.close()
+        before = self.budget.spent(self.ledger)
+        try:
+            for done in source.steps():
+                row = self.step_row(done.ctx, done.out, done.view, done.tokens_before)
+                last = self.step >= cfg.steps or self.budget.exhausted_at(done.spent)
+                if evals and (last or self._eval_due(before, done.spent)):
+                    with source.paused():  # not training time; an async source generates nothing meanwhile
+                        row.update(self._evaluate())
+                row.update(source.timing())
+                rows.append(self._log_row(row, metrics_file))
+                before = done.spent
+                bar.update(1)
+                bar.set_postfix(tokens=row["tokens"], acc=row.get("eval_acc", rows[-1].get("eval_acc")))
+                if self.skip_streak >= cfg.max_skipped_steps:
+                    raise self.too_many_skips(row)
+                if self.step % cfg.checkpoint_every == 0 or last:
+                    source.checkpoint()
+                if last:
+                    break
+        finally:
+            bar.close()
+            source.close()
         return rows
 
     def too_many_skips(self, row: dict) -> RunStopped:
@@ -271,13 +291,13 @@ class Trainer:
             f.write(json.dumps({"step": self.step, "changes": {k: list(v) for k, v in changes.items()}},
                                default=str) + "\n")
 
-    def _eval_due(self, before) -> bool:
+    def _eval_due(self, before, after) -> bool:
         """Every eval_every steps, or at the first step boundary after each multiple of eval_every_tokens
         generated tokens or eval_every_compute compute units (so every planner is evaluated at the same
         spacing in what the budget counts)."""
         if self.cfg.eval_every and self.step % self.cfg.eval_every == 0:
             return True
-        return self.budget.crossed(before, self.budget.spent(self.ledger))
+        return self.budget.crossed(before, after)
 
     def _evaluate(self) -> dict:
         with self.ledger.timer("eval"):
@@ -353,6 +373,46 @@ class Trainer:
         if changes:
             self._record_changes(changes)
         return True
+
+
+@dataclass
+class TrainedStep:
+    """One trained step as a source hands it to the schedule: its context and outcome, the ledger's view
+    of it for the metrics row, the budget tokens before it and the budget spent after it."""
+
+    ctx: StepContext
+    out: object
+    view: dict
+    tokens_before: int
+    spent: object  # run/budget.py Spent
+
+
+class SyncSteps:
+    """The synchronous source of steps: Control, Generate and Learn, one step at a time (the driver's
+    run_step), timed as training; evaluations and checkpoints pause nothing."""
+
+    def __init__(self, tr: "Trainer"):
+        self.tr = tr
+
+    def steps(self):
+        tr = self.tr
+        while tr.step < tr.cfg.steps and not tr.budget.exhausted(tr.ledger):
+            with tr.ledger.timer("step"):
+                done = tr.one_step()
+            yield done
+
+    def paused(self):
+        return contextlib.nullcontext()
+
+    def timing(self) -> dict:
+        led = self.tr.ledger
+        return {"wall_s": led.seconds["step"], "gen_s": led.seconds.get("generate", 0.0)}  # eval excluded
+
+    def checkpoint(self) -> None:
+        self.tr.save_checkpoint()
+
+    def close(self) -> None:
+        pass
 
 
 class FiniteGuard:
