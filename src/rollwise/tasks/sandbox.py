@@ -22,7 +22,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 LAUNCHER = Path(__file__).with_name("_sandbox_exec.py")
@@ -51,6 +51,7 @@ class SandboxLimits:
 class Outcome:
     status: str  # "passed" (exit 0), "failed" (another exit), "timeout", "killed" (a signal), "setup"
     detail: str = ""  # the exit code or signal and the tail of its stderr
+    stdout: str = ""  # the tail of its stdout
 
     @property
     def passed(self) -> bool:
@@ -112,7 +113,10 @@ def run_program(source: str, limits: SandboxLimits = SandboxLimits(), files: dic
                 code = proc.wait()
             err.seek(0)
             tail = err.read()[-OUTPUT_TAIL:].decode("utf-8", "replace").strip()
-        return _outcome(code, tail)
+        with open(root / "stdout", "rb") as out:
+            out.seek(max(0, out.seek(0, os.SEEK_END) - OUTPUT_TAIL))
+            stdout = out.read().decode("utf-8", "replace")
+        return replace(_outcome(code, tail), stdout=stdout)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
