@@ -17,8 +17,9 @@ item of each distinct prompt text:
 So the three splits are disjoint by prompt text, the held-out sets do not depend on the pool size, and no
 validation or test prompt is ever a warm-start target. `heldout()` (what `rollwise eval` and a run's
 evaluations read) is the validation split, or the test split with `split="test"`. A family with fewer
-distinct prompts than asked (each stream reads at most 4x what it needs + 100 items) gets what there is,
-the held-out part split in proportion, and `notes()` says so.
+distinct prompts than asked (each stream reads at most 4x what it needs + 100 items) has them split in
+proportion to pool_size : validation_size : test_size (held-out parts rounded down, the rest train), and
+`notes()` says so.
 
 Reward: the family's own `score_answer`, on the response (stripped) or, with `answer_tag="answer"`, on the
 text of its last <answer>...</answer>. It runs in a reward worker process with a timeout and a memory
@@ -150,11 +151,14 @@ class ReasoningGymTask:
         if "heldout" not in self._cache:
             want = self.validation_size + self.test_size
             rows = self._stream("heldout", want, set())
-            n_val = self.validation_size if len(rows) == want else round(len(rows) * self.validation_size / max(want, 1))
-            if len(rows) < want:
-                self._notes.append(f"{self.dataset}: the held-out prompts are split in proportion: "
-                                   f"{n_val} validation, {len(rows) - n_val} test")
-            self._cache["heldout"] = {"validation": rows[:n_val], "test": rows[n_val:]}
+            n_val, n_test = self.validation_size, self.test_size
+            if len(rows) < want:  # the family has about len(rows) distinct prompts: share them out
+                total = self.pool_size + want
+                n_val, n_test = len(rows) * n_val // total, len(rows) * n_test // total
+                self._notes.append(f"{self.dataset}: about {len(rows)} distinct prompts, split in proportion "
+                                   f"to pool_size:validation_size:test_size: {n_val} validation, {n_test} test, "
+                                   "the rest train")
+            self._cache["heldout"] = {"validation": rows[:n_val], "test": rows[n_val:n_val + n_test]}
         return self._cache["heldout"]
 
     def _heldout_texts(self) -> set[str]:
