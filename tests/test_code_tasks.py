@@ -149,22 +149,23 @@ def test_an_unknown_sandbox_user_is_one_error(tmp_path):
         CodeTask(f, f, sandbox_user="no-such-user-x")
 
 
-def test_train_on_a_code_task(tmp_path, cache_dir):
-    """`rollwise train --task code` with the tiny model warm-started on the solutions column: the run
-    finishes and its metrics hold the rewards."""
-    train, heldout = write(tmp_path / "t.jsonl", ROWS), write(tmp_path / "h.jsonl", ROWS[:1])
+def test_train_on_the_example_code_task(tmp_path, cache_dir):
+    """docs/tasks.md's command on examples/code (the tiny model warm-started on the solutions column,
+    smaller here): the run finishes, every rollout was scored by the sandbox without a reward error."""
+    root = Path(__file__).parents[1]
     out = tmp_path / "run"
-    sets = {"task": "code", "task_options.train_path": train, "task_options.heldout_path": heldout,
-            "task_options.sft_response_field": "solution", "task_options.timeout_s": 4,
+    sets = {"task_options.train_path": root / "examples/code/train.jsonl",
+            "task_options.heldout_path": root / "examples/code/heldout.jsonl",
+            "task_options.sft_response_field": "solution", "max_new_tokens": 40,
             "warmstart.steps": 20, "warmstart.n_layer": 1, "warmstart.n_embd": 32, "warmstart.n_head": 2,
-            "warmstart.block_size": 96, "steps": 2, "batch_size": 2, "n": 2, "max_new_tokens": 40,
-            "eval_every": 2, "eval_size": 1}
-    cmd = [sys.executable, "-m", "rollwise.cli", "train", "--out", str(out)]
+            "steps": 2, "batch_size": 2, "n": 2, "eval_every": 2}
+    cmd = [sys.executable, "-m", "rollwise.cli", "train", "--task", "code", "--out", str(out)]
     for k, v in sets.items():
         cmd += ["--set", f"{k}={v}"]
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src"), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": str(root / "src"), "OMP_NUM_THREADS": "1"}
     res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if "reward_mean" in r] == [1, 2]
     assert all(r["reward_errors"] == 0 for r in rows if "reward_errors" in r)
+    assert any("eval_acc" in r for r in rows)
