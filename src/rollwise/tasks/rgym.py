@@ -42,13 +42,15 @@ import hashlib
 import json
 import string
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
 from ..core.registry import register
 from ..core.types import Prompt
-from . import _rg_reward
-from .reward import RewardWorker, RewardError
+from .reward import RewardError, RewardWorker
+
+WORKER_DIR = str(Path(__file__).parent)  # where the worker imports _rg_reward from, as a top-level module
 
 SPLITS = ("validation", "test")
 RESERVED = ("seed", "size")  # dataset options this task sets
@@ -139,6 +141,8 @@ class ReasoningGymTask:
         return [Prompt(i, e["question"], self._answer(e)) for i, e in enumerate(entries)]
 
     def _answer(self, entry: dict) -> str:
+        from . import _rg_reward  # imports reasoning_gym: only once the package is known to be there
+
         ref = {"dataset": self.dataset, "entry": _rg_reward.encode({"answer": entry["answer"],
                                                                     "metadata": entry["metadata"]})}
         if self.dataset_options:
@@ -192,7 +196,7 @@ class ReasoningGymTask:
         """The family's score_answer, in the worker; 0 when it fails (raises, times out, crashes)."""
         if self._worker is None:
             self._worker = RewardWorker("_rg_reward:score", self.verify_timeout_s, self.verify_memory_mb,
-                                        path=[str(_rg_reward.__file__).rsplit("/", 1)[0]])
+                                        path=[WORKER_DIR])
         (ok, value), = self._worker.call([(response, answer)])
         try:
             if not ok:
