@@ -40,6 +40,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import math
 import string
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -201,9 +202,10 @@ class ReasoningGymTask:
         try:
             if not ok:
                 raise RewardError(value)
-            return float(value)
+            score = float(value)
         except (RewardError, TypeError, ValueError):
             return 0.0
+        return score if math.isfinite(score) else 0.0
 
     def close(self) -> None:
         if self._worker is not None:
