@@ -118,7 +118,11 @@ def _extract_answer(path, i: int, field_name: str, text: str, how: str) -> str:
     return found.strip()
 
 
-def _answer_text(path, i: int, field_name: str, answer) -> str:
+def _answer_text(path, i: int, field_name: str, answer, list_sep: str | None = None) -> str:
+    if list_sep is not None and isinstance(answer, list):  # e.g. a code row's tests, one per item (MBPP)
+        if not all(isinstance(a, str) and not isinstance(a, JsonNumber) for a in answer):
+            raise ValueError(f"{path}: row {i}: field {field_name!r} must be a string or a list of strings")
+        answer = list_sep.join(answer)
     if isinstance(answer, JsonNumber) or isinstance(answer, str):
         text = str(answer)
     elif isinstance(answer, bool):
@@ -138,8 +142,9 @@ def _answer_text(path, i: int, field_name: str, answer) -> str:
 
 def load_prompts(path: str | Path, prompt_field: str = "prompt", answer_field: str = "answer",
                  level_field: str | None = "level", rows_out: list | None = None,
-                 answer_extract: str = "none") -> list[Prompt]:
-    """Prompts of a file; `rows_out` (if given) receives each prompt's 1-based row number."""
+                 answer_extract: str = "none", list_sep: str | None = None) -> list[Prompt]:
+    """Prompts of a file; `rows_out` (if given) receives each prompt's 1-based row number. With `list_sep`,
+    an answer may be a list of strings, joined with it."""
     if answer_extract not in ANSWER_EXTRACTS:
         raise ValueError(f"answer_extract must be one of {', '.join(ANSWER_EXTRACTS)}, got {answer_extract!r}")
     prompts = []
@@ -150,7 +155,8 @@ def load_prompts(path: str | Path, prompt_field: str = "prompt", answer_field: s
         text, answer = row[prompt_field], row[answer_field]
         if not isinstance(text, str) or isinstance(text, JsonNumber) or not text.strip():
             raise ValueError(f"{path}: row {i}: field {prompt_field!r} must be a non-empty string")
-        answer = _extract_answer(path, i, answer_field, _answer_text(path, i, answer_field, answer), answer_extract)
+        answer = _extract_answer(path, i, answer_field, _answer_text(path, i, answer_field, answer, list_sep),
+                                 answer_extract)
         level = row.get(level_field, -1) if level_field else -1
         if isinstance(level, JsonNumber):
             try:
@@ -185,6 +191,7 @@ class FileTask:
 
     # the verifier compares the response with the answer: the trainer checks every answer can be written
     answers_are_responses = True
+    answer_list_sep = None  # (str) a subclass's answers may be lists of strings, joined with it
     report_pool_size = 512  # the base's report: pass-rate statistics over at most this many train prompts
 
     def __post_init__(self):
@@ -192,9 +199,11 @@ class FileTask:
             raise ValueError("file task: set both task_options.train_path and task_options.heldout_path")
         self._rows: dict[str, list[int]] = {"train": [], "held-out": []}
         self._train = load_prompts(self.train_path, self.prompt_field, self.answer_field,
-                                   rows_out=self._rows["train"], answer_extract=self.answer_extract)
+                                   rows_out=self._rows["train"], answer_extract=self.answer_extract,
+                                   list_sep=self.answer_list_sep)
         self._heldout = load_prompts(self.heldout_path, self.prompt_field, self.answer_field,
-                                     rows_out=self._rows["held-out"], answer_extract=self.answer_extract)
+                                     rows_out=self._rows["held-out"], answer_extract=self.answer_extract,
+                                     list_sep=self.answer_list_sep)
         self._raw = [(p.text, p.answer) for p in self._train + self._heldout]  # before any chat template
         self._heldout_texts = {p.text for p in self._heldout}
         self._sft: list[tuple[str, str, int]] | None = None
