@@ -85,6 +85,7 @@ class Component:
 
     name = "component"
     provenance = "INF"
+    rollwise_kind = "planner"  # the registry marker: a subclass may be named by import path (core/registry.py)
     refill = False  # draw fresh prompts until batch_size groups are accepted
     max_rounds = 1
     oversample = 1  # candidates drawn per needed prompt (ranking selectors want more to choose from)

@@ -199,9 +199,10 @@ def validate(cfg: Config) -> None:
 
 def check_imported_kinds(cfg: Config) -> None:
     """A component named by import path ('module:Attr') is built with the config's options, so it must be
-    what its kind expects before anything calls it: a planner is a Component subclass, a task a class with
-    train_pool/heldout/verify. `--planner os:system` or `--task subprocess:Popen` with options that name a
-    command is then refused instead of run. (Naming a module still imports it: a config file names code.)"""
+    what its kind expects before anything calls it. The registry refuses any that lacks the registry marker
+    (`rollwise_kind`, core/registry.py) for every kind; here a planner must also be a Component subclass and
+    a task a class with train_pool/heldout/verify. (Naming a module still imports it: a config file names
+    code.)"""
     from ..control.base import Component
     from ..core import registry
 

@@ -1,0 +1,82 @@
+"""Issue 30 ("Hard to break, the rest of the way"): one test per root cause, each failing on 55832b4.
+docs/robustness.md keeps the table (the rows marked "issue 30")."""
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from rollwise.run.config import load_config
+
+from conftest import SMALL
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def cfg_for(out, **kw):
+    return load_config(None, {**SMALL, "out": str(out), "eval_every": 0, **kw})
+
+
+def cli(capsys, *argv):
+    """`rollwise ARGV` in this process: (exit code, stderr)."""
+    from rollwise.cli import main
+
+    code = main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    cli.out = captured.out
+    return code, captured.err
+
+
+# ---- 1. a config names a command as a component built from keyword options --------------------------
+
+@pytest.mark.parametrize("key,spec,options", [
+    ("reward_shaping", "os:system", "reward_shaping_options"),
+    ("engine", "os:system", "engine_options"),
+    ("learner.advantage", "os:system", None),
+    ("learner.loss", "os:system", None),
+    ("learner.correction", "os:system", None),
+    ("learner.recompose", "os:system", None),
+    ("learner.loss_agg", "os:system", None),
+])
+def test_no_kind_builds_an_unmarked_callable_from_a_config(tmp_path, key, spec, options):
+    marker = tmp_path / "pwned"
+    overrides = {key: spec}
+    if options:
+        overrides[options] = {"command": f"touch {marker}"}
+    with pytest.raises(ValueError, match=r"os:system' is not a \w+ component: .*rollwise_kind"):
+        load_config(None, overrides)
+    assert not marker.exists()
+
+
+def test_os_system_shaping_config_is_one_line_and_runs_nothing(tmp_path, capsys):
+    marker = tmp_path / "pwned"
+    config = tmp_path / "c.yaml"
+    config.write_text(json.dumps({"reward_shaping": "os:system",
+                                  "reward_shaping_options": {"command": f"touch {marker}"}}))
+    code, err = cli(capsys, "train", "--config", config, "--out", tmp_path / "run")
+    assert code == 2 and err.count("\n") == 1 and "is not a shaping component" in err
+    assert not marker.exists() and not (tmp_path / "run").exists()
+
+
+def test_a_marked_plugin_loads_and_a_plugin_that_raises_on_import_is_one_line(tmp_path, monkeypatch):
+    from rollwise.core import registry
+
+    (tmp_path / "plug_ok.py").write_text(
+        "from rollwise.control.base import Component\n"
+        "class Mine(Component):\n    pass\n"
+        "class Loose:\n    pass\n")
+    (tmp_path / "plug_bad.py").write_text("raise RuntimeError('plugin is broken')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert registry.get("planner", "plug_ok:Mine").obj.__name__ == "Mine"  # a Component subclass carries it
+    with pytest.raises(ValueError, match="'plug_ok:Loose' is not a task component"):
+        registry.get("task", "plug_ok:Loose")
+    with pytest.raises(ValueError, match=r"importing module 'plug_bad' raised RuntimeError: plugin is broken"):
+        registry.get("planner", "plug_bad:X")
