@@ -80,3 +80,31 @@ def test_a_marked_plugin_loads_and_a_plugin_that_raises_on_import_is_one_line(tm
         registry.get("task", "plug_ok:Loose")
     with pytest.raises(ValueError, match=r"importing module 'plug_bad' raised RuntimeError: plugin is broken"):
         registry.get("planner", "plug_bad:X")
+
+
+# ---- 2. a recorded run is never overwritten -----------------------------------------------------------
+
+def test_recorded_run_is_never_replaced(tmp_path, small_policy, capsys):
+    from rollwise.run.loop import CKPT, Trainer
+    import shutil
+
+    out = tmp_path / "run"
+    Trainer(cfg_for(out, steps=1), log=lambda m: None).run()
+    (out / CKPT).unlink()  # an archived record keeps config.json and metrics.jsonl
+    shutil.rmtree(out / "model")
+    before = (out / "metrics.jsonl").read_bytes()
+    code, err = cli(capsys, "train", "--config", out / "config.json", "--out", out)
+    assert code == 2 and err.count("\n") == 1 and "saved checkpoints but its checkpoint.pt is gone" in err
+    (out / ".rollwise-run").unlink()  # a record from elsewhere (or an older rollwise): no marker at all
+    code, err = cli(capsys, "train", "--config", out / "config.json", "--out", out)
+    assert code == 2 and "rollwise did not start a run there" in err and "starting over" not in cli.out + err
+    assert (out / "metrics.jsonl").read_bytes() == before and not (out / CKPT).exists()
+
+
+def test_config_with_an_absolute_out_needs_out(tmp_path, capsys):
+    elsewhere = tmp_path / "recording-machine" / "run"
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({**{k: v for k, v in SMALL.items() if "." not in k}, "out": str(elsewhere)}))
+    code, err = cli(capsys, "train", "--config", config)
+    assert code == 2 and "out is the absolute path" in err and "give --out DIR" in err
+    assert not elsewhere.exists()

@@ -84,8 +84,11 @@ def _parse_value(text: str):
 def cmd_train(args) -> int:
     from .run.config import load_config
     from .run.loop import Trainer
+    from .run.rundir import check_config_out
 
-    cfg = load_config(args.config, _overrides(args))
+    overrides = _overrides(args)
+    cfg = load_config(args.config, overrides)
+    check_config_out(args.config, overrides, cfg.out)
     rows = Trainer(cfg, allow_config_change=args.allow_config_change).run()
     evals = [r for r in rows if "eval_acc" in r]
     if evals:

@@ -44,6 +44,7 @@ from .config import Config, config_changes, resolve_device, validate, RESUME_MAY
 from .driver import StepDriver
 from .evaluate import check_finite_weights, evaluate
 from .loggers import open_loggers
+from . import rundir
 
 CKPT = "checkpoint.pt"
 CKPT_FORMAT = 2  # 2: plain data only (weights_only loading), the run's config, skipped-step counters
@@ -194,6 +195,7 @@ class Trainer:
         resumed = self.load_checkpoint()
         if not resumed:
             self._check_fresh_out()
+            rundir.start(self.out)  # before the first step: this directory is a run rollwise started
         # the exact settings of the run, written after a good load: `rollwise train --config <out>/config.json
         # --out NEW` reruns it
         _write_atomic(self.out / "config.json", json.dumps(cfg.to_dict(), indent=2, default=str))
@@ -245,6 +247,7 @@ class Trainer:
         present = [f for f in RUN_FILES if (self.out / f).exists()]
         if not present:
             return
+        rundir.check_may_start_over(self.out, present, CKPT)  # a run started here, never checkpointed
         recorded = _read_config(self.out / "config.json")
         if recorded is None:
             raise ValueError(f"--out {self.out}: holds {', '.join(present)} but no {CKPT} and no config.json of a "
@@ -313,6 +316,7 @@ class Trainer:
         tmp = self.out / (CKPT + ".tmp")
         torch.save(to_plain(state), tmp)
         os.replace(tmp, self.out / CKPT)  # atomic: a kill mid-save leaves the previous checkpoint
+        rundir.mark_checkpointed(self.out)
         self.policy.save(self.out / "model")
 
     def load_checkpoint(self) -> bool:
