@@ -108,3 +108,33 @@ def test_config_with_an_absolute_out_needs_out(tmp_path, capsys):
     code, err = cli(capsys, "train", "--config", config)
     assert code == 2 and "out is the absolute path" in err and "give --out DIR" in err
     assert not elsewhere.exists()
+
+
+# ---- 3. --allow-config-change applies what it records, refuses what the saved state overrides -------------
+
+def test_allowed_lr_change_is_applied_and_seed_change_is_refused(tmp_path, small_policy):
+    import shutil
+
+    from safetensors.torch import load_file
+
+    from rollwise.run.loop import Trainer
+
+    quiet = dict(log=lambda m: None)
+    a, b = tmp_path / "a", tmp_path / "b"
+    kw = dict(reward="rewards_for_tests:by_length")  # a reward with variance: every step updates
+    Trainer(cfg_for(a, steps=1, **kw), **quiet).run()
+    shutil.copytree(a, b)
+    Trainer(cfg_for(a, steps=2, **kw), **quiet).run()  # unchanged resume
+    tr = Trainer(cfg_for(b, steps=2, **kw, **{"learner.lr": 3e-3}), allow_config_change=True, **quiet)
+    rows = tr.run()
+    assert rows[-1]["step"] == 2 and rows[-1]["updated"] == 1
+    assert [g["lr"] for g in tr.learner.opt.param_groups] == [3e-3] * len(tr.learner.opt.param_groups)
+    wa, wb = load_file(a / "model" / "model.safetensors"), load_file(b / "model" / "model.safetensors")
+    assert any(not torch.equal(wa[k], wb[k]) for k in wa)  # the new lr moved the weights differently
+    recorded = (a / "config.json").read_text()
+    with pytest.raises(ValueError, match=r"cannot resume with seed: 0 -> 5, even with --allow-config-change"):
+        Trainer(cfg_for(a, steps=3, seed=5, **kw), allow_config_change=True, **quiet).run()
+    with pytest.raises(ValueError, match=r"cannot resume with warmstart\.lr"):
+        Trainer(cfg_for(a, steps=3, **kw, warmstart={"steps": 20, "lr": 2e-3}), allow_config_change=True,
+                **quiet).run()
+    assert (a / "config.json").read_text() == recorded

@@ -38,7 +38,8 @@ def _train_parser(sub):
     p.add_argument("--allow-config-change", action="store_true", dest="allow_config_change",
                    help="resume a run in --out with settings other than those it was made with (recorded in "
                         "DIR/config_changes.jsonl); without it only steps, budget and eval/checkpoint cadence "
-                        "may change")
+                        "may change. A new learner.lr, betas or weight_decay goes into the optimizer; seed, model "
+                        "and warmstart.* are refused (the checkpoint's state would override them)")
     return p
 
 

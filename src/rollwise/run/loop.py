@@ -44,7 +44,7 @@ from .config import Config, config_changes, resolve_device, validate, RESUME_MAY
 from .driver import StepDriver
 from .evaluate import check_finite_weights, evaluate
 from .loggers import open_loggers
-from . import rundir
+from . import resume, rundir
 
 CKPT = "checkpoint.pt"
 CKPT_FORMAT = 2  # 2: plain data only (weights_only loading), the run's config, skipped-step counters
@@ -329,11 +329,13 @@ class Trainer:
             raise ValueError(f"--out {self.out}: the run there was made with other settings ({_describe(changes)}); "
                              f"a resume may change only {', '.join(RESUME_MAY_CHANGE)}. Use another --out, or "
                              "--allow-config-change to resume with the new settings")
+        resume.refuse_state_owned(changes, self.out)
         try:
             self.step, self.policy.version = s["step"], s["policy_version"]
             self.policy.model.load_state_dict(s["model"])
             check_finite_weights(self.policy)
             self.learner.load_state_dict(s["learner"])
+            resume.apply_optimizer_settings(self.learner.opt, self.cfg.learner)  # an allowed new lr applies
             self.engine_state = s["engine"]
             if self.cfg.mode == "sync":  # (async: the worker pool takes it when it starts)
                 self.engine.load_state_dict(self.engine_state)
