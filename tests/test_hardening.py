@@ -138,3 +138,43 @@ def test_allowed_lr_change_is_applied_and_seed_change_is_refused(tmp_path, small
         Trainer(cfg_for(a, steps=3, **kw, warmstart={"steps": 20, "lr": 2e-3}), allow_config_change=True,
                 **quiet).run()
     assert (a / "config.json").read_text() == recorded
+
+
+# ---- 4. a reward outside its range is an error, not a right answer -----------------------------------------
+
+def test_reward_outside_its_range_is_an_error_counted_like_a_failure():
+    from rollwise.tasks.reward import Score, Scorer
+
+    s = Scorer("adversarial_rewards:huge", trusted=False, timeout_s=5)
+    try:
+        assert s.judge_many([("1", "1"), ("2", "1")]) == [Score(0.0, False, None)] * 2
+        assert s.errors == 2 and "outside its reward_range [0, 1]" in s.last_error
+    finally:
+        s.close()
+    s = Scorer("adversarial_rewards:signed", trusted=False, timeout_s=5)  # declares (-1, 1)
+    try:
+        assert s.judge_many([("bad", ""), ("ok", "")]) == [Score(-1.0, False), Score(1.0, True)] and s.errors == 0
+    finally:
+        s.close()
+    with pytest.raises(ValueError, match="outside its reward_range"):  # a trusted verifier's bug raises
+        Scorer(lambda r, a: 2.0).judge("", "")
+    assert Scorer(lambda r, a: {"correct": 1.0, "format": 0.5}).judge("", "").correct
+
+
+def test_eval_with_a_reward_that_always_fails_reports_it(small_policy, capsys):
+    args = ["eval", "--size", "4", "--set", f"task_options={json.dumps(SMALL['task_options'])}",
+            "--set", f"warmstart={json.dumps(SMALL['warmstart'])}", "--set", "max_new_tokens=8"]
+    code, err = cli(capsys, *args, "--reward", "adversarial_rewards:huge")
+    assert code == 2 and err.count("\n") == 1 and "failed on 4 of 4 responses" in err
+    assert "no accuracy to report" in err and "outside its reward_range" in err
+    code, err = cli(capsys, *args, "--reward", "rewards_for_tests:by_length")
+    assert code == 0 and json.loads(cli.out)["reward_errors"] == 0
+
+
+def test_nothing_to_learn_warning_blames_the_reward_when_it_failed(tmp_path, small_policy):
+    from rollwise.run.loop import Trainer
+
+    logs = []
+    Trainer(cfg_for(tmp_path / "r", steps=1, reward="adversarial_rewards:always_fails"), log=logs.append).run()
+    (warning,) = [m for m in logs if "nothing to learn" in m]
+    assert "the reward function failed on 32 of 32 rollouts" in warning and "the model solves" not in warning

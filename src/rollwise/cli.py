@@ -129,7 +129,13 @@ def cmd_eval(args) -> int:
                        seed=cfg.seed)
     finally:
         scorer.close()
-    print(json.dumps({"model": str(path), "prompts": len(heldout), **out}))
+    if scorer.errors:  # failed calls score 0: an accuracy made of them is not the model's
+        why = f"the reward function failed on {scorer.errors} of {scorer.scored} responses (last error: " \
+              f"{scorer.last_error})"
+        if scorer.errors == scorer.scored:
+            raise ValueError(f"{why}; no accuracy to report")
+        print(f"warning: {why}; they score 0", file=sys.stderr)
+    print(json.dumps({"model": str(path), "prompts": len(heldout), **out, "reward_errors": scorer.errors}))
     return 0
 
 

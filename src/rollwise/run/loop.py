@@ -100,6 +100,7 @@ class Trainer:
         self.step = 0
         self.skip_streak = 0  # steps in a row undone for a non-finite loss, gradient or weight
         self._scorer_seen = (0, 0)  # reward errors and scores at the last metrics row
+        self._step_reward_failures = (0, 0)  # the last step's failed and scored rollouts
         self._warned_no_variance = False
         self.loggers = []  # tensorboard, wandb (run/loggers.py): opened by run()
 
@@ -167,14 +168,20 @@ class Trainer:
         self._warned_no_variance = True
         right = sum(all(r.correct for r in g.rollouts) for g in equal)
         wrong = sum(not any(r.correct for r in g.rollouts) for g in equal)
-        solves = "none" if wrong >= right else "all"
+        failed, scored = self._step_reward_failures
+        if failed:  # the reward, not the model: its failures all score 0
+            why = (f"the reward function failed on {failed} of {scored} rollouts this step (they score 0; last error: "
+                   f"{self.scorer.last_error}), so this says nothing about the model: fix the reward")
+        else:
+            why = f"the model solves {'none' if wrong >= right else 'all'} of these prompts"
         self.log(f"warning: step {step}: {len(equal)} of {len(groups)} groups had equal rewards ({wrong} all wrong, "
-                 f"{right} all right): nothing to learn; the model solves {solves} of these prompts")
+                 f"{right} all right): nothing to learn; {why}")
 
     def _warn_reward_failures(self, step: int) -> None:
         """Failed rewards score 0 and the run goes on; when most of a step's fail, say so every step."""
         (e0, s0), self._scorer_seen = self._scorer_seen, (self.scorer.errors, self.scorer.scored)
         failed, scored = self.scorer.errors - e0, self.scorer.scored - s0
+        self._step_reward_failures = (failed, scored)  # read by _warn_no_variance
         if scored and failed / scored > 0.5:
             self.log(f"warning: step {step}: the reward function failed on {failed} of {scored} "
                      f"rollouts, which score 0 (last error: {self.scorer.last_error})")
