@@ -178,3 +178,24 @@ def test_nothing_to_learn_warning_blames_the_reward_when_it_failed(tmp_path, sma
     Trainer(cfg_for(tmp_path / "r", steps=1, reward="adversarial_rewards:always_fails"), log=logs.append).run()
     (warning,) = [m for m in logs if "nothing to learn" in m]
     assert "the reward function failed on 32 of 32 rollouts" in warning and "the model solves" not in warning
+
+
+# ---- 5. export refuses a NaN model; a damaged one is one line ----------------------------------------------
+
+def test_export_refuses_a_nan_or_damaged_model(tmp_path, small_policy, capsys):
+    from rollwise.policy.policy import Policy
+
+    bad = Policy.load(small_policy[0])
+    with torch.no_grad():
+        for p in bad.model.parameters():
+            p.fill_(float("nan"))
+    bad.save(tmp_path / "nan-model")
+    code, err = cli(capsys, "export", "--model", tmp_path / "nan-model", "--out", tmp_path / "x")
+    assert code == 2 and err.count("\n") == 1 and "non-finite weights" in err and "not exporting it" in err
+    assert not (tmp_path / "x").exists()
+    damaged = tmp_path / "damaged"
+    Policy.load(small_policy[0]).save(damaged)
+    (damaged / "model.safetensors").write_bytes(b"\x00" * 64)
+    code, err = cli(capsys, "export", "--model", damaged, "--out", tmp_path / "y")
+    assert code == 2 and err.count("\n") == 1 and f"model {damaged}" in err and "Traceback" not in err
+    assert not (tmp_path / "y").exists()
