@@ -199,3 +199,64 @@ def test_export_refuses_a_nan_or_damaged_model(tmp_path, small_policy, capsys):
     code, err = cli(capsys, "export", "--model", damaged, "--out", tmp_path / "y")
     assert code == 2 and err.count("\n") == 1 and f"model {damaged}" in err and "Traceback" not in err
     assert not (tmp_path / "y").exists()
+
+
+# ---- 6. raw tracebacks become one line naming the problem ----------------------------------------------
+
+@pytest.mark.parametrize("error", [OSError(28, "No space left on device"),
+                                   RuntimeError("[enforce fail at inline_container.cc:783] . PytorchStreamWriter "
+                                                "failed writing file data/3: file write failed")])
+def test_disk_full_while_saving_a_checkpoint_is_one_line_and_keeps_the_last(tmp_path, small_policy, capsys,
+                                                                          monkeypatch, error):
+    from rollwise.run.loop import CKPT, read_checkpoint
+
+    out = tmp_path / "run"
+    args = ["train", "--out", out]
+    for k, v in {**SMALL, "eval_every": 0}.items():
+        args += ["--set", f"{k}={json.dumps(v)}"]
+    assert cli(capsys, *args, "--steps", "1")[0] == 0
+    real_save = torch.save
+
+    def full(obj, f, *a, **kw):
+        real_save(obj, f, *a, **kw)  # part of it written, then the disk is full
+        raise error
+    monkeypatch.setattr(torch, "save", full)
+    code, err = cli(capsys, *args, "--steps", "2")
+    assert code == 2 and err.count("\n") == 1 and "step 2: cannot write the checkpoint" in err
+    assert "the last complete checkpoint.pt is kept" in err and "Traceback" not in err
+    assert read_checkpoint(out / CKPT)["step"] == 1 and not (out / (CKPT + ".tmp")).exists()
+
+
+@pytest.mark.parametrize("sets,msg", [
+    (["learner=5", "learner.lr=1e-3"], "learner.lr: learner is 5, not a mapping of fields"),
+    (["warmstart=5"], "warmstart must be a mapping of its fields, got 5"),
+    (["planner=uniform+april", "planner_options.april.overprovision=nan"],
+     "planner_options.april.overprovision must be a number, got nan"),
+    (["planner=uniform+april", "planner_options.april.overprovision=inf"],
+     "april: overprovision must be a finite number >= 0, got inf"),
+    (["engine=vllm"], "engine 'vllm': --engine vllm needs vLLM"),
+])
+def test_bad_settings_are_one_line_before_any_work(tmp_path, capsys, monkeypatch, sets, msg):
+    import importlib.util
+
+    from rollwise.run import loop
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
+    monkeypatch.setattr(loop, "load_policy", lambda path: pytest.fail("a model was loaded"))
+    args = ["train", "--out", tmp_path / "run"]
+    for s in sets:
+        args += ["--set", s]
+    code, err = cli(capsys, *args)
+    assert code == 2 and err.count("\n") == 1 and msg in err and "Traceback" not in err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("cmd", ["warmstart", "train"])
+def test_block_size_too_small_for_the_embedded_task_is_one_line_with_a_size_that_works(tmp_path, capsys, cmd,
+                                                                                       cache_dir):
+    code, err = cli(capsys, cmd, "--set", "warmstart.block_size=8", "--set", "warmstart.steps=2",
+                    *(["--out", tmp_path / "run"] if cmd == "train" else []))
+    assert code == 2 and err.count("\n") == 1 and "more than the base's context warmstart.block_size=8" in err
+    size = int(err.rsplit("--set warmstart.block_size=", 1)[1])
+    assert size >= 24  # the longest arithmetic prompt (14 tokens) + max_new_tokens (10)

@@ -321,10 +321,17 @@ class Trainer:
         if self.policy.device.type != "cpu":  # a checkpoint holds CPU tensors: it loads on any device
             state = _cpu(state)
         tmp = self.out / (CKPT + ".tmp")
-        torch.save(to_plain(state), tmp)
-        os.replace(tmp, self.out / CKPT)  # atomic: a kill mid-save leaves the previous checkpoint
-        rundir.mark_checkpointed(self.out)
-        self.policy.save(self.out / "model")
+        try:  # a full disk: a stop with the reason, and the previous checkpoint kept
+            torch.save(to_plain(state), tmp)
+            os.replace(tmp, self.out / CKPT)  # atomic: a kill mid-save leaves the previous checkpoint
+            rundir.mark_checkpointed(self.out)
+            self.policy.save(self.out / "model")
+        except (OSError, RuntimeError) as e:
+            if isinstance(e, RuntimeError) and "writ" not in str(e):  # torch words a failed write "...writing..."
+                raise
+            tmp.unlink(missing_ok=True)
+            raise RunStopped(f"step {self.step}: cannot write the checkpoint in {self.out} ({type(e).__name__}: "
+                             f"{str(e)[:200]}); the last complete {CKPT} is kept: free space, then resume") from None
 
     def load_checkpoint(self) -> bool:
         path = self.out / CKPT
