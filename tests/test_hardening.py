@@ -260,3 +260,41 @@ def test_block_size_too_small_for_the_embedded_task_is_one_line_with_a_size_that
     assert code == 2 and err.count("\n") == 1 and "more than the base's context warmstart.block_size=8" in err
     size = int(err.rsplit("--set warmstart.block_size=", 1)[1])
     assert size >= 24  # the longest arithmetic prompt (14 tokens) + max_new_tokens (10)
+
+
+# ---- 7. file tasks: held-out prompts leave the RL pool; one prompt, one answer -------------------------------
+
+def _jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def test_file_task_drops_heldout_prompts_from_the_pool_and_refuses_conflicting_answers(tmp_path):
+    from rollwise.tasks.files import FileTask
+
+    train = _jsonl(tmp_path / "t.jsonl", [{"prompt": f"{i}+1=", "answer": str(i + 1)} for i in range(5)])
+    held = _jsonl(tmp_path / "h.jsonl", [{"prompt": "1+1=", "answer": "2"}, {"prompt": "3+1=", "answer": "4"},
+                                         {"prompt": "9+1=", "answer": "10"}])
+    t = FileTask(train, held)
+    assert [p.text for p in t.train_pool()] == ["0+1=", "2+1=", "4+1="] and [p.id for p in t.train_pool()] == [0, 1, 2]
+    assert t.notes() == [f"2 train row(s) of {train} dropped from the RL pool: their prompt is a held-out prompt "
+                         f"of {held} (3 left)"]
+    assert t.describe_prompt("train", 2) == f"{train}: row 5"  # rows still name the file's lines
+    rows = [{"prompt": "a=", "answer": "1"}, {"prompt": "b=", "answer": "2"}, {"prompt": "a=", "answer": "1"},
+            {"prompt": "b=", "answer": "3"}, {"prompt": "c=", "answer": "4"}, {"prompt": "a=", "answer": "5"}]
+    bad = _jsonl(tmp_path / "dup.jsonl", rows)
+    with pytest.raises(ValueError, match=r"dup.jsonl: row 4: 2 prompt\(s\) appear on several rows with different "
+                                         r"answers \(first: row 4 has the prompt of row 2, answer '3' vs '2'\)"):
+        FileTask(bad, held)
+
+
+def test_trainer_logs_the_dropped_heldout_prompts(tmp_path, small_policy):
+    from rollwise.run.loop import Trainer
+
+    train = _jsonl(tmp_path / "t.jsonl", [{"prompt": f"{i}+1=", "answer": str(i + 1)} for i in range(5)])
+    held = _jsonl(tmp_path / "h.jsonl", [{"prompt": "1+1=", "answer": "2"}])
+    logs = []
+    tr = Trainer(load_config(None, {"task": "file", "task_options": {"train_path": train, "heldout_path": held},
+                                    "model": str(small_policy[0]), "out": str(tmp_path / "r"), "max_new_tokens": 4,
+                                    "batch_size": 2, "n": 2}), log=logs.append)
+    assert len(tr.pool) == 4 and any(m.startswith("task: 1 train row(s)") for m in logs)

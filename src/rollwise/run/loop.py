@@ -63,6 +63,8 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         self.task = registry.get("task", cfg.task).obj(**cfg.task_options)
         self.pool, self.heldout = self.task.train_pool(), self.task.heldout()
+        for note in getattr(self.task, "notes", lambda: [])():  # e.g. a file task's rows dropped, and why
+            log(f"task: {note}")
         if not self.pool:
             raise ValueError(f"task {cfg.task!r}: the train pool is empty")
         if cfg.eval_size:
