@@ -298,3 +298,48 @@ def test_trainer_logs_the_dropped_heldout_prompts(tmp_path, small_policy):
                                     "model": str(small_policy[0]), "out": str(tmp_path / "r"), "max_new_tokens": 4,
                                     "batch_size": 2, "n": 2}), log=logs.append)
     assert len(tr.pool) == 4 and any(m.startswith("task: 1 train row(s)") for m in logs)
+
+
+# ---- 8. smaller ones ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args,msg", [
+    (["train", "--set", "task_options.pool_size=1e8"], "task_options.pool_size must be at most 100,000"),
+    (["train", "--task", "chain", "--set", "task_options.heldout_size=1e8"],
+     "task_options.heldout_size must be at most 100,000"),
+    (["train", "--planner", "greso+greso"], "planner 'greso+greso': greso named more than once"),
+    (["sim", "--steps", "1", "--prompts", "50", "--batch", "4", "--quiet", "--set", "dynamics.eta_global=nan"],
+     "dynamics.eta_global must be a finite number, got nan"),
+])
+def test_smaller_probes_are_one_line_at_once(tmp_path, capsys, args, msg):
+    import time
+
+    t0 = time.perf_counter()
+    code, err = cli(capsys, *args, *(["--out", tmp_path / "run"] if args[0] == "train" else []))
+    assert code == 2 and err.count("\n") == 1 and msg in err and time.perf_counter() - t0 < 30
+    assert cli.out == ""  # nothing half-written on stdout (the simulator's figures are strict JSON or nothing)
+
+
+def test_a_cut_metrics_row_the_checkpoint_covers_is_refused_on_resume(tmp_path, small_policy):
+    from rollwise.run.loop import Trainer
+
+    out = tmp_path / "run"
+    Trainer(cfg_for(out, steps=2), log=lambda m: None).run()
+    text = (out / "metrics.jsonl").read_text()
+    (out / "metrics.jsonl").write_text(text[: len(text) - 40])  # the last row (step 2, checkpointed) cut short
+    with pytest.raises(ValueError, match=r"metrics.jsonl: line 2 is cut short and the rows stop before the "
+                                         r"checkpoint's step 2"):
+        Trainer(cfg_for(out, steps=3), log=lambda m: None).run()
+    assert (out / "metrics.jsonl").read_text() == text[: len(text) - 40]  # untouched
+
+
+def test_missing_math_verify_names_the_extra(tmp_path):
+    from pathlib import Path
+
+    import rollwise.tasks.reward as reward_mod
+    from rollwise.tasks.reward import Scorer
+
+    (tmp_path / "math_verify.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'math_verify'\", name='math_verify')\n")
+    with pytest.raises(ValueError, match=r"--reward math needs the math-verify package \(pip install "
+                                         r"'rollwise\[math\]'\)"):
+        Scorer("_math_reward:auto", trusted=False, path=[str(tmp_path), str(Path(reward_mod.__file__).parent)])

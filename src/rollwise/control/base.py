@@ -559,6 +559,9 @@ def build_planner(spec: str | list[str], pool_size: int, rng: np.random.Generato
     from ..core import registry
 
     names = [s.strip() for s in (spec.split("+") if isinstance(spec, str) else spec)]
+    twice = sorted({n for n in names if names.count(n) > 1})  # two copies would act twice on one batch
+    if twice:
+        raise ValueError(f"planner {'+'.join(names)!r}: {', '.join(twice)} named more than once")
     options = options or {}
     for key in options:
         if key not in names:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from dataclasses import fields
 
@@ -56,7 +57,13 @@ def build_config(args):
             raise ValueError(f"--set {item!r}: expected population.KEY=V, dynamics.KEY=V or timing.KEY=V "
                              f"with a known KEY")
         kind = type(getattr(target, name))
-        setattr(target, name, kind(float(value)) if kind is int else kind(value))
+        try:
+            parsed = kind(float(value)) if kind in (int, float) else kind(value)
+        except (ValueError, OverflowError):  # int(float("nan")), int(float("inf")), float("x")
+            raise ValueError(f"--set {item!r}: {key} must be a {'number' if kind is float else kind.__name__}") from None
+        if kind is float and not math.isfinite(parsed):  # NaN spreads through every figure (not JSON either)
+            raise ValueError(f"--set {item!r}: {key} must be a finite number, got {value}")
+        setattr(target, name, parsed)
     return cfg
 
 
@@ -70,8 +77,8 @@ def cmd_sim(args) -> int:
     if args.rows:
         with open(args.rows, "w") as f:
             for row in sim.rows:
-                f.write(json.dumps(row) + "\n")
-    print(json.dumps(out), flush=True)
+                f.write(json.dumps(row, allow_nan=False) + "\n")
+    print(json.dumps(out, allow_nan=False), flush=True)  # strict JSON: a non-finite figure is an error
     return 0
 
 
