@@ -1,28 +1,14 @@
 """Issue 30 ("Hard to break, the rest of the way"): one test per root cause, each failing on 55832b4.
 docs/robustness.md keeps the table (the rows marked "issue 30")."""
 import json
-import math
-import os
 
-import numpy as np
 import pytest
 import torch
 
 from rollwise.run.config import load_config
 
 from conftest import SMALL
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
-def cfg_for(out, **kw):
-    return load_config(None, {**SMALL, "out": str(out), "eval_every": 0, **kw})
+from test_adversarial import cfg_for, one_thread  # noqa: F401  (one_thread: an autouse fixture)
 
 
 def cli(capsys, *argv):

@@ -60,7 +60,8 @@ def build_config(args):
         try:
             parsed = kind(float(value)) if kind in (int, float) else kind(value)
         except (ValueError, OverflowError):  # int(float("nan")), int(float("inf")), float("x")
-            raise ValueError(f"--set {item!r}: {key} must be a {'number' if kind is float else kind.__name__}") from None
+            what = "number" if kind is float else kind.__name__
+            raise ValueError(f"--set {item!r}: {key} must be a {what}") from None
         if kind is float and not math.isfinite(parsed):  # NaN spreads through every figure (not JSON either)
             raise ValueError(f"--set {item!r}: {key} must be a finite number, got {value}")
         setattr(target, name, parsed)

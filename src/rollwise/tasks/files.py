@@ -32,8 +32,9 @@ grows with every character of the rows (`alphabet()`), so capitals and newlines 
 
 Overlap and conflicts: a train row whose prompt is also a held-out prompt leaves the RL pool (`notes()`
 says how many; the trainer logs it), so no prompt is both trained and tested on, unless train_path and
-heldout_path name the same file (a deliberate choice: the note says accuracy measures training prompts). A prompt written on
-several rows of one file with different answers is refused, counted and named by its first row.
+heldout_path name the same file (a deliberate choice: the note says accuracy measures training prompts).
+A prompt written on several rows of one file with different answers is refused, counted and named by its
+first row.
 """
 from __future__ import annotations
 

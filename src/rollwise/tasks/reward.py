@@ -270,7 +270,8 @@ class RewardWorker:
             _kill(proc)
             raise ValueError(f"reward {self.spec!r}: {msg['error']}")
         rng = msg.get("range")
-        return msg.get("weights"), DEFAULT_RANGE if rng is None else check_range(rng, f"reward {self.spec!r}: reward_range")
+        declared = DEFAULT_RANGE if rng is None else check_range(rng, f"reward {self.spec!r}: reward_range")
+        return msg.get("weights"), declared
 
     def call(self, pairs: list[tuple[str, str]]) -> list[tuple[bool, object]]:
         """[(True, value or {name: value}) | (False, error message)] for each pair, in order."""
