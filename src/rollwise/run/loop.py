@@ -5,8 +5,8 @@ What protects a run and its directory:
 - `--out` is locked (flock on `<out>/.lock`) for the whole run: a second trainer on it fails at once.
 - A run writes only its own files (metrics.jsonl, config.json, checkpoint.pt, model/, config_changes.jsonl;
   tensorboard/ and wandb/ if those loggers are on: run/loggers.py) and never replaces one it did not write:
-  a directory with those files but no checkpoint is refused unless its config.json is this run's (a run
-  that stopped before its first checkpoint).
+  a directory with those files but no checkpoint is refused unless its config.json is this run's and its
+  `.rollwise-run` marker says a run started there never checkpointed (run/rundir.py).
 - A resume loads the checkpoint first, refuses a changed config unless allowed (run/config.py:
   RESUME_MAY_CHANGE), and only then writes config.json.
 - Checkpoints hold tensors and plain data only and load with `torch.load(weights_only=True)`: a file that
