@@ -70,3 +70,14 @@ def exit_always(resp, ans):
 
 def nan_reward(resp, ans):
     return float("nan")
+
+
+def huge(resp, ans):
+    return 1e30  # "correct" by magnitude alone, were rewards unbounded
+
+
+def signed(resp, ans):
+    return -1.0 if resp == "bad" else 1.0
+
+
+signed.reward_range = (-1.0, 1.0)  # a declared range widens the default (0, 1)

@@ -13,6 +13,8 @@ def by_length_parts(response: str, answer: str) -> dict:
 class TaskWithoutWarmStart:
     """A task with prompts and a verifier but no supervised examples: a run on it needs --model."""
 
+    rollwise_kind = "task"  # the registry marker: it may be named by import path
+
     def train_pool(self):
         return []
 

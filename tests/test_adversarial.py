@@ -326,10 +326,13 @@ def test_out_with_foreign_files_and_no_checkpoint_is_refused(tmp_path, small_pol
     assert (hf / "config.json").read_text() == '{"model_type": "llama"}'
 
 
-def test_run_stopped_before_its_first_checkpoint_starts_over(tmp_path, small_policy):
+def test_run_stopped_before_its_first_checkpoint_starts_over(tmp_path, small_policy, monkeypatch):
     out = tmp_path / "run"
-    Trainer(cfg_for(out, steps=1), **QUIET).run()
-    (out / CKPT).unlink()  # as if killed before the first save
+    with monkeypatch.context() as m:  # killed before the first save
+        m.setattr(Trainer, "save_checkpoint", lambda self: (_ for _ in ()).throw(KeyboardInterrupt))
+        with pytest.raises(KeyboardInterrupt):
+            Trainer(cfg_for(out, steps=1), **QUIET).run()
+    assert not (out / CKPT).exists() and len(strict_rows(out / "metrics.jsonl")) == 1
     rows = Trainer(cfg_for(out, steps=1), **QUIET).run()
     assert [r["step"] for r in strict_rows(out / "metrics.jsonl")] == [r["step"] for r in rows] == [1]
 

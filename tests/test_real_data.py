@@ -125,7 +125,9 @@ def test_file_task_reads_a_saved_dataset_directory(tmp_path):
     d.save_to_disk(str(tmp_path / "gsm8k"))
     t = FileTask(str(tmp_path / "gsm8k" / "train"), str(tmp_path / "gsm8k" / "test"), prompt_field="question",
                  answer_extract="####")
-    assert [p.answer for p in t.train_pool()] == ["7", "42"] and len(t.heldout()) == 1
+    # the held-out row is also a train row: it leaves the RL pool, and a note counts it
+    assert [p.answer for p in t.train_pool()] == ["42"] and len(t.heldout()) == 1
+    assert [p.id for p in t.train_pool()] == [0] and "1 train row(s)" in t.notes()[0]
     with pytest.raises(ValueError, match="holds the splits train, test; name one split's directory"):
         FileTask(str(tmp_path / "gsm8k"), str(tmp_path / "gsm8k"), prompt_field="question")
     (tmp_path / "empty").mkdir()

@@ -40,7 +40,8 @@ def _train_parser(sub):
     p.add_argument("--allow-config-change", action="store_true", dest="allow_config_change",
                    help="resume a run in --out with settings other than those it was made with (recorded in "
                         "DIR/config_changes.jsonl); without it only steps, budget and eval/checkpoint cadence "
-                        "may change")
+                        "may change. A new learner.lr, betas or weight_decay goes into the optimizer; seed, model "
+                        "and warmstart.* are refused (the checkpoint's state would override them)")
     return p
 
 
@@ -90,8 +91,11 @@ def _overrides(args) -> dict:
 def cmd_train(args) -> int:
     from .run.config import load_config
     from .run.loop import Trainer
+    from .run.rundir import check_config_out
 
-    cfg = load_config(args.config, _overrides(args))
+    overrides = _overrides(args)
+    cfg = load_config(args.config, overrides)
+    check_config_out(args.config, overrides, cfg.out)
     rows = Trainer(cfg, allow_config_change=args.allow_config_change).run()
     evals = [r for r in rows if "eval_acc" in r]
     if evals:
@@ -131,7 +135,13 @@ def cmd_eval(args) -> int:
                        seed=cfg.seed)
     finally:
         scorer.close()
-    print(json.dumps({"model": str(path), "prompts": len(heldout), **out}))
+    if scorer.errors:  # failed calls score 0: an accuracy made of them is not the model's
+        why = f"the reward function failed on {scorer.errors} of {scorer.scored} responses (last error: " \
+              f"{scorer.last_error})"
+        if scorer.errors == scorer.scored:
+            raise ValueError(f"{why}; no accuracy to report")
+        print(f"warning: {why}; they score 0", file=sys.stderr)
+    print(json.dumps({"model": str(path), "prompts": len(heldout), **out, "reward_errors": scorer.errors}))
     return 0
 
 

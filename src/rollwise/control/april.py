@@ -123,8 +123,10 @@ class April(Component):
     `april+dapo`); not with staged allocation, whose later stages would need rows that are still out."""
 
     def __init__(self, overprovision: float = 1.0, segment_tokens: int | None = None):
-        if overprovision < 0 or (segment_tokens is not None and segment_tokens < 1):
-            raise ValueError("april: need overprovision >= 0 and segment_tokens >= 1 (or None)")
+        if not (math.isfinite(overprovision) and overprovision >= 0):  # inf would ask for infinitely many prompts
+            raise ValueError(f"april: overprovision must be a finite number >= 0, got {overprovision}")
+        if segment_tokens is not None and segment_tokens < 1:
+            raise ValueError(f"april: segment_tokens must be >= 1 (or None), got {segment_tokens}")
         if overprovision == 0 and segment_tokens is None:
             raise ValueError("april: set overprovision > 0 or a segment_tokens budget (else it does nothing)")
         self.overprovision, self.segment_tokens = float(overprovision), segment_tokens

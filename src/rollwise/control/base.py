@@ -89,6 +89,7 @@ class Component:
 
     name = "component"
     provenance = "INF"
+    rollwise_kind = "planner"  # the registry marker: a subclass may be named by import path (core/registry.py)
     refill = False  # draw fresh prompts until batch_size groups are accepted
     max_rounds = 1
     oversample = 1  # candidates drawn per needed prompt (ranking selectors want more to choose from)
@@ -576,6 +577,9 @@ def build_planner(spec: str | list[str], pool_size: int, rng: np.random.Generato
     from ..core import registry
 
     names = [s.strip() for s in (spec.split("+") if isinstance(spec, str) else spec)]
+    twice = sorted({n for n in names if names.count(n) > 1})  # two copies would act twice on one batch
+    if twice:
+        raise ValueError(f"planner {'+'.join(names)!r}: {', '.join(twice)} named more than once")
     options = options or {}
     for key in options:
         if key not in names:

@@ -13,6 +13,13 @@ hand-kept list elsewhere; read them with `get(kind, name).facts`.
 A name of the form `module.path:Attr` loads a user's own component by import path (e.g.
 `--planner mypkg.sel:MyPlanner`, `--engine mypkg.eng:MyEngine`), so rollwise is extended without
 forking it. Module paths are resolved from the current directory first.
+
+A config file names components and the keyword options they are built with, so what an import path names
+must declare itself a component of that kind: the registry marker, the attribute `rollwise_kind = KIND`.
+`@register(kind, name)` sets it, and so does subclassing a kind's base class that carries it
+(`rollwise.control.base.Component` for planners); a class may also state it itself. `os:system` or
+`subprocess:Popen` carry no marker and are refused before anything calls them. (A user reward,
+`--reward module:function`, is the one exception: it is called only in the reward worker process.)
 """
 from __future__ import annotations
 
@@ -54,6 +61,7 @@ def register(kind: str, name: str, provenance: str = "INF", summary: str = "", p
         doc = summary or (obj.__doc__ or "").strip().splitlines()[0] if (summary or obj.__doc__) else ""
         if isinstance(obj, type):
             obj.name, obj.provenance = name, provenance
+        obj.rollwise_kind = kind  # the marker an import path must carry (see the module docstring)
         _TABLES[kind][name] = Entry(kind, name, obj, provenance, doc, paper, dict(facts))
         return obj
 
@@ -89,6 +97,13 @@ def _import(kind: str, spec: str) -> Entry:
         obj = getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError) as e:
         raise ValueError(f"{kind} {spec!r}: cannot import it ({e})") from None
+    except Exception as e:  # noqa: BLE001 - the module's own code raised while it was imported
+        raise ValueError(f"{kind} {spec!r}: importing module {module!r} raised {type(e).__name__}: "
+                         f"{str(e)[:200]}") from None
+    if getattr(obj, "rollwise_kind", None) != kind:
+        raise ValueError(f"{kind} {spec!r} is not a {kind} component: a component named by import path must carry "
+                         f"rollwise's registry marker rollwise_kind = {kind!r} (set by @register({kind!r}, name)"
+                         f"{', or by subclassing rollwise.control.base.Component' if kind == 'planner' else ''})")
     if isinstance(obj, type) and kind == "planner" and getattr(obj, "name", "component") == "component":
         obj.name = attr  # a user component that names itself keeps its name
     doc = (obj.__doc__ or "").strip().splitlines()

@@ -283,6 +283,14 @@ class VLLMEngine:
         self._ready: list[Finished] = []  # requests with nothing to generate: done at submission
         self._samples = 0  # samples submitted so far: request seeds derive from it
 
+    @staticmethod
+    def check_available() -> None:
+        """Called by config.validate before any work (no model is loaded for a run that cannot sample)."""
+        import importlib.util
+
+        if importlib.util.find_spec("vllm") is None:
+            _import_vllm()  # raises ImportError with the install line
+
     @classmethod
     def for_policy(cls, policy, **kwargs) -> "VLLMEngine":
         return cls(policy, **kwargs)

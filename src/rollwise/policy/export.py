@@ -66,7 +66,14 @@ def export_checkpoint(src: str | Path, out: str | Path) -> Path:
         src = src / "model"  # a run directory (its config.json is the run's): its latest saved policy
     if out.exists() and any(out.iterdir()):
         raise ValueError(f"--out {out}: exists and is not empty (rollwise never overwrites a directory)")
-    policy = Policy.load(src)
+    from ..run.evaluate import check_finite_weights
+    from ..run.loop import load_policy
+
+    policy = load_policy(src)  # a missing or damaged model is one error naming it
+    try:  # as train and eval do: a model with NaN or inf weights is not written as if it were one
+        check_finite_weights(policy)
+    except ValueError as e:
+        raise ValueError(f"--model {src}: {str(e).split(';')[0]}; not exporting it") from None
     model = tiny_to_gpt2(policy) if policy.kind == "tiny" else policy.model
     out.mkdir(parents=True, exist_ok=True)
     hf_logging.disable_progress_bar()  # one line of output, not a shard-writing bar

@@ -164,6 +164,8 @@ def supervised_warm_start(task, cfg: WarmStartConfig, log=print, on_step=None) -
     if hasattr(task, "sft_rows"):  # a task read from files: every distinct row must fit the context
         check_context(task, policy, cfg)
     examples = task.sft_examples(cfg.steps * cfg.batch_size, seed=10_000 + cfg.seed)
+    if not hasattr(task, "sft_rows"):  # an embedded task: its examples must fit too, before any step
+        check_context(task, policy, cfg, examples)
     for line in getattr(task, "sft_notes", lambda: [])():  # e.g. where a file task's rows came from
         log(f"warm start: {line}")
     if getattr(task, "sft_group_by_length", False):  # a long-response task: little padding per batch
@@ -200,19 +202,25 @@ def supervised_warm_start(task, cfg: WarmStartConfig, log=print, on_step=None) -
     return policy
 
 
-def check_context(task, policy: Policy, cfg: WarmStartConfig) -> None:
+def check_context(task, policy: Policy, cfg: WarmStartConfig, examples: list | None = None) -> None:
     """Every supervised row (prompt + response + EOS) fits `block_size`, else one error naming the first
-    row that does not (`task.describe_sft(i)`: its file and row) and the size that fits them all."""
-    need = [len(policy.encode(text)) + len(policy.encode(resp)) + 1 for text, resp, _ in task.sft_rows()]
+    row that does not (`task.describe_sft(i)`: its file and row; an embedded task's `examples`: the
+    example) and the size that fits them all and, for training, every prompt plus the task's
+    max_new_tokens."""
+    rows = task.sft_rows() if examples is None else list(dict.fromkeys((t, r, lv) for t, r, lv in examples))
+    need = [len(policy.encode(text)) + len(policy.encode(resp)) + 1 for text, resp, _ in rows]
     longest = max(need)
     if longest <= cfg.block_size:
         return
     i = next(i for i, n in enumerate(need) if n > cfg.block_size)
-    text, resp, _ = task.sft_rows()[i]
-    raise ValueError(f"{task.describe_sft(i)}: prompt {len(policy.encode(text))} + response "
-                     f"{len(policy.encode(resp))} + EOS = {need[i]} tokens, more than the base's context "
-                     f"warmstart.block_size={cfg.block_size}; the longest row needs {longest}: "
-                     f"--set warmstart.block_size={longest} (or more, for a prompt plus max_new_tokens)")
+    text, resp, _ = rows[i]
+    where = task.describe_sft(i) if examples is None else f"warm-start example {text!r} -> {resp!r}"
+    new = getattr(task, "max_new_tokens", 10)
+    prompts = max(len(policy.encode(p.text)) for p in [*task.train_pool(), *task.heldout()]) + new
+    raise ValueError(f"{where}: prompt {len(policy.encode(text))} + response {len(policy.encode(resp))} + EOS = "
+                     f"{need[i]} tokens, more than the base's context warmstart.block_size={cfg.block_size}; the "
+                     f"longest row needs {longest}, and training needs {prompts} (the longest prompt + max_new_tokens="
+                     f"{new}): --set warmstart.block_size={max(longest, prompts)}")
 
 
 def group_by_length(examples: list, batch_size: int, rng: np.random.Generator, window: int = 16) -> list:

@@ -138,8 +138,10 @@ def load_config(path: str | Path | None = None, overrides: dict | None = None) -
     for key, value in (overrides or {}).items():
         node = data
         parts = key.split(".")
-        for p in parts[:-1]:
+        for i, p in enumerate(parts[:-1]):
             node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise ValueError(f"{key}: {'.'.join(parts[:i + 1])} is {node!r}, not a mapping of fields")
         node[parts[-1]] = value
     cfg = _build(Config, data, str(path) if path else "config")
     learner = data.get("learner")  # the learner keys the user set (async picks a correction only if not)
@@ -204,6 +206,11 @@ def validate(cfg: Config) -> None:
     if not hasattr(engine, "for_policy"):
         raise ValueError(f"engine {cfg.engine!r} does not sample from a policy and cannot train one; "
                          "it runs through `rollwise sim` and `rollwise bench --engine sim`")
+    if hasattr(engine, "check_available"):  # e.g. vLLM installed: known before any model is loaded
+        try:
+            engine.check_available()
+        except ImportError as e:
+            raise ValueError(f"engine {cfg.engine!r}: {e}") from None
     registry.check_options(engine, cfg.engine_options, "engine_options", skip=1, label=cfg.engine)
     check_option_types(engine, cfg.engine_options, "engine_options")
     if cfg.reward_shaping:
@@ -248,9 +255,10 @@ def validate(cfg: Config) -> None:
 
 def check_imported_kinds(cfg: Config) -> None:
     """A component named by import path ('module:Attr') is built with the config's options, so it must be
-    what its kind expects before anything calls it: a planner is a Component subclass, a task a class with
-    train_pool/heldout/verify. `--planner os:system` or `--task subprocess:Popen` with options that name a
-    command is then refused instead of run. (Naming a module still imports it: a config file names code.)"""
+    what its kind expects before anything calls it. The registry refuses any that lacks the registry marker
+    (`rollwise_kind`, core/registry.py) for every kind; here a planner must also be a Component subclass and
+    a task a class with train_pool/heldout/verify. (Naming a module still imports it: a config file names
+    code.)"""
     from ..control.base import Component
     from ..core import registry
 
@@ -323,6 +331,9 @@ def check_fields(cfg: Config) -> None:
     """The type of every field (from its annotation; an integral float such as 4e4 for an integer field
     becomes that integer) and the range of those in RANGES, each failure one error naming the field:
     `batch_size must be >= 1, got 0`."""
+    for name, cls in (("learner", LearnerConfig), ("warmstart", WarmStartConfig)):
+        if not isinstance(getattr(cfg, name), cls):
+            raise ValueError(f"{name} must be a mapping of its fields, got {getattr(cfg, name)!r}")
     for obj, prefix in ((cfg, ""), (cfg.learner, "learner."), (cfg.warmstart, "warmstart.")):
         hints = typing.get_type_hints(type(obj))
         for f in dataclasses.fields(obj):
@@ -451,6 +462,8 @@ def check_option_types(obj, options: dict, where: str) -> None:
         except Exception:  # noqa: BLE001 - an annotation that does not resolve is not checked
             pass
     for key, value in list(options.items()):
+        if isinstance(value, float) and math.isnan(value):  # no option means anything by NaN
+            raise ValueError(f"{where}.{key} must be a number, got nan")
         if key in hints and not isinstance(value, dict):
             options[key] = conform(value, hints[key], f"{where}.{key}")
 

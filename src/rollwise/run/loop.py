@@ -5,8 +5,8 @@ What protects a run and its directory:
 - `--out` is locked (flock on `<out>/.lock`) for the whole run: a second trainer on it fails at once.
 - A run writes only its own files (metrics.jsonl, config.json, checkpoint.pt, model/, config_changes.jsonl;
   tensorboard/ and wandb/ if those loggers are on: run/loggers.py) and never replaces one it did not write:
-  a directory with those files but no checkpoint is refused unless its config.json is this run's (a run
-  that stopped before its first checkpoint).
+  a directory with those files but no checkpoint is refused unless its config.json is this run's and its
+  `.rollwise-run` marker says a run started there never checkpointed (run/rundir.py).
 - A resume loads the checkpoint first, refuses a changed config unless allowed (run/config.py:
   RESUME_MAY_CHANGE), and only then writes config.json.
 - Checkpoints hold tensors and plain data only and load with `torch.load(weights_only=True)`: a file that
@@ -46,6 +46,7 @@ from .config import Config, config_changes, resolve_device, validate, RESUME_MAY
 from .driver import StepDriver
 from .evaluate import check_finite_weights, evaluate
 from .loggers import open_loggers
+from . import resume, rundir
 from .budget import Budget
 from .staleness import StalenessPolicy
 
@@ -66,6 +67,8 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         self.task = registry.get("task", cfg.task).obj(**cfg.task_options)
         self.pool, self.heldout = self.task.train_pool(), self.task.heldout()
+        for note in getattr(self.task, "notes", lambda: [])():  # e.g. a file task's rows dropped, and why
+            log(f"task: {note}")
         if not self.pool:
             raise ValueError(f"task {cfg.task!r}: the train pool is empty")
         if cfg.eval_size:
@@ -106,6 +109,7 @@ class Trainer:
         self.step = 0
         self.skip_streak = 0  # steps in a row undone for a non-finite loss, gradient or weight
         self._scorer_seen = (0, 0)  # reward errors and scores at the last metrics row
+        self._step_reward_failures = (0, 0)  # the last step's failed and scored rollouts
         self._warned_no_variance = False
         self.loggers = []  # tensorboard, wandb (run/loggers.py): opened by run()
 
@@ -178,14 +182,20 @@ class Trainer:
         self._warned_no_variance = True
         right = sum(all(r.correct for r in g.rollouts) for g in equal)
         wrong = sum(not any(r.correct for r in g.rollouts) for g in equal)
-        solves = "none" if wrong >= right else "all"
+        failed, scored = self._step_reward_failures
+        if failed:  # the reward, not the model: its failures all score 0
+            why = (f"the reward function failed on {failed} of {scored} rollouts this step (they score 0; last error: "
+                   f"{self.scorer.last_error}), so this says nothing about the model: fix the reward")
+        else:
+            why = f"the model solves {'none' if wrong >= right else 'all'} of these prompts"
         self.log(f"warning: step {step}: {len(equal)} of {len(groups)} groups had equal rewards ({wrong} all wrong, "
-                 f"{right} all right): nothing to learn; the model solves {solves} of these prompts")
+                 f"{right} all right): nothing to learn; {why}")
 
     def _warn_reward_failures(self, step: int) -> None:
         """Failed rewards score 0 and the run goes on; when most of a step's fail, say so every step."""
         (e0, s0), self._scorer_seen = self._scorer_seen, (self.scorer.errors, self.scorer.scored)
         failed, scored = self.scorer.errors - e0, self.scorer.scored - s0
+        self._step_reward_failures = (failed, scored)  # read by _warn_no_variance
         if scored and failed / scored > 0.5:
             self.log(f"warning: step {step}: the reward function failed on {failed} of {scored} "
                      f"rollouts, which score 0 (last error: {self.scorer.last_error})")
@@ -206,6 +216,7 @@ class Trainer:
         resumed = self.load_checkpoint()
         if not resumed:
             self._check_fresh_out()
+            rundir.start(self.out)  # before the first step: this directory is a run rollwise started
         # the exact settings of the run, written after a good load: `rollwise train --config <out>/config.json
         # --out NEW` reruns it
         _write_atomic(self.out / "config.json", json.dumps(cfg.to_dict(), indent=2, default=str))
@@ -270,6 +281,7 @@ class Trainer:
         present = [f for f in RUN_FILES if (self.out / f).exists()]
         if not present:
             return
+        rundir.check_may_start_over(self.out, present, CKPT)  # a run started here, never checkpointed
         recorded = _read_config(self.out / "config.json")
         if recorded is None:
             raise ValueError(f"--out {self.out}: holds {', '.join(present)} but no {CKPT} and no config.json of a "
@@ -335,9 +347,17 @@ class Trainer:
         if self.policy.device.type != "cpu":  # a checkpoint holds CPU tensors: it loads on any device
             state = _cpu(state)
         tmp = self.out / (CKPT + ".tmp")
-        torch.save(to_plain(state), tmp)
-        os.replace(tmp, self.out / CKPT)  # atomic: a kill mid-save leaves the previous checkpoint
-        self.policy.save(self.out / "model")
+        try:  # a full disk: a stop with the reason, and the previous checkpoint kept
+            torch.save(to_plain(state), tmp)
+            os.replace(tmp, self.out / CKPT)  # atomic: a kill mid-save leaves the previous checkpoint
+            rundir.mark_checkpointed(self.out)
+            self.policy.save(self.out / "model")
+        except (OSError, RuntimeError) as e:
+            if isinstance(e, RuntimeError) and "writ" not in str(e):  # torch words a failed write "...writing..."
+                raise
+            tmp.unlink(missing_ok=True)
+            raise RunStopped(f"step {self.step}: cannot write the checkpoint in {self.out} ({type(e).__name__}: "
+                             f"{str(e)[:200]}); the last complete {CKPT} is kept: free space, then resume") from None
 
     def load_checkpoint(self) -> bool:
         path = self.out / CKPT
@@ -349,11 +369,13 @@ class Trainer:
             raise ValueError(f"--out {self.out}: the run there was made with other settings ({_describe(changes)}); "
                              f"a resume may change only {', '.join(RESUME_MAY_CHANGE)}. Use another --out, or "
                              "--allow-config-change to resume with the new settings")
+        resume.refuse_state_owned(changes, self.out)
         try:
             self.step, self.policy.version = s["step"], s["policy_version"]
             self.policy.model.load_state_dict(s["model"])
             check_finite_weights(self.policy)
             self.learner.load_state_dict(s["learner"])
+            resume.apply_optimizer_settings(self.learner.opt, self.cfg.learner)  # an allowed new lr applies
             self.engine_state = s["engine"]
             if self.cfg.mode == "sync":  # (async: the worker pool takes it when it starts)
                 self.engine.load_state_dict(self.engine_state)
@@ -547,12 +569,14 @@ def build_trainer_engine(cfg: Config, policy, **overrides):
 
 
 def _read_metrics(path: Path, upto: int) -> list[dict]:
-    """The rows up to the checkpoint's step. A last line cut short by a kill is dropped; any other line that
-    is not JSON is an error naming the line (the file is the run's record: never silently rewritten)."""
+    """The rows up to the checkpoint's step. A last line cut short by a kill is dropped only when it is a row
+    after the checkpoint (the rows still reach the checkpoint's step: the resumed run writes it again);
+    if it was the checkpoint's own row, dropping it would lose it, so it is an error naming the line, as
+    is any other line that is not JSON (the file is the run's record: never silently rewritten)."""
     if not path.exists():
         return []
     lines = path.read_text().split("\n")
-    rows = []
+    rows, cut = [], None
     for i, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -560,9 +584,15 @@ def _read_metrics(path: Path, upto: int) -> list[dict]:
             rows.append(json.loads(line))
         except json.JSONDecodeError:
             if i == len(lines):  # no newline after it: a write cut short
+                cut = i
                 continue
             raise ValueError(f"{path}: line {i} is not JSON; fix or remove it before resuming") from None
-    return [r for r in rows if isinstance(r, dict) and r.get("step", 0) <= upto]
+    rows = [r for r in rows if isinstance(r, dict) and r.get("step", 0) <= upto]
+    if cut is not None and upto and max((r.get("step", 0) for r in rows), default=0) < upto:
+        raise ValueError(f"{path}: line {cut} is cut short and the rows stop before the checkpoint's step {upto}, "
+                         "so it held a row the checkpoint covers; restore the file (or remove the line and accept "
+                         "the gap) before resuming")
+    return rows
 
 
 def _write_metrics(path: Path, rows: list[dict]) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import typing
 from dataclasses import fields
@@ -57,7 +58,10 @@ def build_config(args):
             raise ValueError(f"--set {key!r}: unknown key; expected population.KEY, dynamics.KEY or timing.KEY "
                              "with a known KEY")
         hint = typing.get_type_hints(type(target))[name]
-        setattr(target, name, conform(value, hint, f"--set {key}"))
+        value = conform(value, hint, f"--set {key}")
+        if isinstance(value, float) and not math.isfinite(value):  # NaN spreads through every figure (not JSON)
+            raise ValueError(f"{key} must be a finite number, got {value}")
+        setattr(target, name, value)
     return cfg
 
 
@@ -71,8 +75,8 @@ def cmd_sim(args) -> int:
     if args.rows:
         with open(args.rows, "w") as f:
             for row in sim.rows:
-                f.write(json.dumps(row) + "\n")
-    print(json.dumps(out), flush=True)
+                f.write(json.dumps(row, allow_nan=False) + "\n")
+    print(json.dumps(out, allow_nan=False), flush=True)  # strict JSON: a non-finite figure is an error
     return 0
 
 

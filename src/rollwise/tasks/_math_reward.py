@@ -15,7 +15,10 @@ timeout bounds the whole call.
 """
 from functools import lru_cache
 
-from math_verify import parse, verify
+try:
+    from math_verify import parse, verify
+except ImportError as e:  # the reward worker reports this line: say what to install
+    raise ImportError(f"--reward math needs the math-verify package (pip install 'rollwise[math]'): {e}") from None
 
 try:  # imported as part of rollwise (tests), or as a top-level module in the reward worker
     from ._answers import extract

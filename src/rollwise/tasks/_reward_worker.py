@@ -5,7 +5,7 @@ tens of milliseconds and whatever the user's function does (exit, crash, hang, s
 here, never in the trainer. Protocol, one JSON object per line:
 
     parent -> worker  {"spec": "module:function", "path": [...], "memory_mb": 4096}   once
-    worker -> parent  {"ready": true, "weights": {...} | null}  or  {"error": "..."}
+    worker -> parent  {"ready": true, "weights": {...} | null, "range": [low, high] | null}  or  {"error": "..."}
     parent -> worker  {"items": [[response, answer], ...]}                            per call
     worker -> parent  {"value": 1.0} | {"parts": {"name": 1.0}} | {"error": "..."}    one line per item
 
@@ -99,7 +99,17 @@ def main() -> None:
                 send({"error": f"reward_weights of {spec!r} are not numbers ({e})"})
                 return
             break
-    send({"ready": True, "weights": weights})
+    declared_range = None  # (low, high): the trainer checks every value against it
+    for owner in (fn, getattr(fn, "__self__", None)):
+        r = getattr(owner, "reward_range", None)
+        if r is not None:
+            try:
+                declared_range = [float(x) for x in r]
+            except Exception as e:  # noqa: BLE001
+                send({"error": f"reward_range of {spec!r} is not two numbers ({e})"})
+                return
+            break
+    send({"ready": True, "weights": weights, "range": declared_range})
     for line in proto_in:
         request = json.loads(line)
         for response, answer in request["items"]:

@@ -48,6 +48,18 @@ def sample_problem(rng: np.random.Generator, level: int, ops: str = "+-", answer
     return encode_problem(a, b, op, answer_width)
 
 
+MAX_PROMPTS = 100_000  # per split of a generated task: drawing one takes ~0.1-0.2 ms, so 1e8 took hours
+
+
+def check_sizes(task: str, pool_size: int, heldout_size: int) -> None:
+    """A generated task draws its prompts one by one when first asked: a size past MAX_PROMPTS is refused
+    at once rather than drawn for hours."""
+    for name, n in (("pool_size", pool_size), ("heldout_size", heldout_size)):
+        if n > MAX_PROMPTS:
+            raise ValueError(f"task_options.{name} must be at most {MAX_PROMPTS:,} for {task} (its prompts are drawn "
+                             f"one by one), got {n:,}")
+
+
 @register("task", "arithmetic", provenance="INF", summary="reversed-digit +/- with 1-6 digit levels (embedded default)")
 @dataclass
 class ArithmeticTask:
@@ -67,6 +79,7 @@ class ArithmeticTask:
     answer_marker = None  # a response is the answer alone: no marker (DUET's abort applies its length gate only)
 
     def __post_init__(self):
+        check_sizes("arithmetic", self.pool_size, self.heldout_size)
         self.level_weights = tuple(float(w) for w in self.level_weights)
         if not self.ops or set(self.ops) - {"+", "-"}:
             raise ValueError(f"arithmetic: ops must be a non-empty mix of '+' and '-', got {self.ops!r}")

@@ -32,6 +32,7 @@ import numpy as np
 
 from ..core.registry import register
 from ..core.types import Prompt
+from .arithmetic import check_sizes
 
 OPS = (2, 3, 4, 6, 8, 12, 16, 24)  # operations per level
 MAX_TOTAL = 99  # the running total stays within 0..MAX_TOTAL
@@ -87,6 +88,7 @@ class ChainTask:
     bench_defaults = {"budget_tokens": 400_000, "eval_size": 200, "pool_size": 300}
 
     def __post_init__(self):
+        check_sizes("chain", self.pool_size, self.heldout_size)
         self.level_weights = tuple(float(w) for w in self.level_weights)
         if len(self.level_weights) != len(OPS) or min(self.level_weights) < 0 or sum(self.level_weights) <= 0:
             raise ValueError(f"chain: level_weights must be {len(OPS)} non-negative numbers with a positive sum")

@@ -29,6 +29,12 @@ of `sft_path` (same format and prompt field as the train file; the target is the
 `answer_extract`, or the raw `sft_response_field`, e.g. a worked solution), else the train rows. A row whose
 prompt text is a held-out prompt is dropped (never a supervised target). The tiny tokenizer's alphabet
 grows with every character of the rows (`alphabet()`), so capitals and newlines need no other model.
+
+Overlap and conflicts: a train row whose prompt is also a held-out prompt leaves the RL pool (`notes()`
+says how many; the trainer logs it), so no prompt is both trained and tested on, unless train_path and
+heldout_path name the same file (a deliberate choice: the note says accuracy measures training prompts).
+A prompt written on several rows of one file with different answers is refused, counted and named by its
+first row.
 """
 from __future__ import annotations
 
@@ -173,6 +179,23 @@ def load_prompts(path: str | Path, prompt_field: str = "prompt", answer_field: s
     return prompts
 
 
+def check_one_answer(prompts: list[Prompt], rows: list[int], path) -> None:
+    """A prompt written on several rows must have one answer: with two, the verifier rewards one and
+    punishes the other for the same response. The error counts such prompts and names the first row."""
+    first: dict[str, int] = {}
+    conflicts = []
+    for i, p in enumerate(prompts):
+        j = first.setdefault(p.text, i)
+        if prompts[j].answer != p.answer:
+            conflicts.append((j, i))
+    if conflicts:
+        j, i = conflicts[0]
+        n = len({prompts[a].text for a, _ in conflicts})
+        raise ValueError(f"{path}: row {rows[i]}: {n} prompt(s) appear on several rows with different answers (first: "
+                         f"row {rows[i]} has the prompt of row {rows[j]}, answer {prompts[i].answer!r} vs "
+                         f"{prompts[j].answer!r}); a prompt needs one answer: fix or remove those rows")
+
+
 @register("task", "file", provenance="INF",
           summary="prompts + reference answers from jsonl/parquet/saved datasets, exact-match verifier")
 @dataclass
@@ -204,9 +227,37 @@ class FileTask:
         self._heldout = load_prompts(self.heldout_path, self.prompt_field, self.answer_field,
                                      rows_out=self._rows["held-out"], answer_extract=self.answer_extract,
                                      list_sep=self.answer_list_sep)
+        for split, path in (("train", self.train_path), ("held-out", self.heldout_path)):
+            check_one_answer(self._train if split == "train" else self._heldout, self._rows[split], path)
+        self._read = (list(self._train), list(self._rows["train"]))  # as read: the warm start's default rows
+        self._notes = self._drop_heldout_from_train()
         self._raw = [(p.text, p.answer) for p in self._train + self._heldout]  # before any chat template
         self._heldout_texts = {p.text for p in self._heldout}
         self._sft: list[tuple[str, str, int]] | None = None
+
+    def _drop_heldout_from_train(self) -> list[str]:
+        """Train rows whose prompt is also a held-out prompt leave the RL pool (the policy would be trained on
+        what it is tested on); returns the note that counts them. One file named as both says so on purpose
+        (held-out accuracy then measures the training prompts): nothing is dropped, and the note says so."""
+        if Path(self.train_path).resolve() == Path(self.heldout_path).resolve():
+            return [f"train_path and heldout_path are the same file ({self.train_path}): held-out accuracy "
+                    "measures the training prompts"]
+        heldout = {p.text for p in self._heldout}
+        keep = [i for i, p in enumerate(self._train) if p.text not in heldout]
+        if len(keep) == len(self._train):
+            return []
+        if not keep:
+            raise ValueError(f"{self.train_path}: every train prompt is also a held-out prompt of {self.heldout_path}; "
+                             "none is left to train on")
+        dropped = len(self._train) - len(keep)
+        self._train = [replace(self._train[i], id=j) for j, i in enumerate(keep)]  # ids index the pool
+        self._rows["train"] = [self._rows["train"][i] for i in keep]
+        return [f"{dropped} train row(s) of {self.train_path} dropped from the RL pool: their prompt is a held-out "
+                f"prompt of {self.heldout_path} ({len(keep)} left)"]
+
+    def notes(self) -> list[str]:
+        """What the trainer logs about the rows as it builds the task (rows dropped, and why)."""
+        return list(self._notes)
 
     # ---- the supervised warm start (policy/warmstart.py) --------------------------------------------
     def _load_sft(self) -> None:
@@ -218,9 +269,7 @@ class FileTask:
         field = self.sft_response_field or self.answer_field
         how = "none" if self.sft_response_field else self.answer_extract
         if path == self.train_path and field == self.answer_field and how == self.answer_extract:
-            prompts, rows = self._train, self._rows["train"]
-            if getattr(self, "_templated", False):  # the raw text, as read
-                prompts = [replace(p, text=t) for p, (t, _) in zip(prompts, self._raw)]
+            prompts, rows = self._read  # the raw text, as read (held-out prompts are dropped below)
         else:
             rows = []
             prompts = load_prompts(path, self.prompt_field, field, rows_out=rows, answer_extract=how)

@@ -17,6 +17,12 @@ is an error.
 Correctness with components: the component named `correct_part` ("correct" by default) >= 1; without
 such a component, the weighted sum >= 1 (with the mean: every component at its maximum of 1).
 
+Range: every reward (a scalar, or each component) must lie in the function's declared `reward_range`
+(an attribute `(low, high)` of the function or of the task it is bound to, like `reward_weights`;
+default (0.0, 1.0)), and "correct" means reaching `high` (1 by default, as above). A value outside the
+range, or a non-finite one, is the function's error, counted like any other: correctness never follows
+from magnitude (a reward of 1e30 is an error, not a right answer).
+
 A user reward function (`--reward module:function`) runs in a separate worker process
 (`RewardWorker`), never in the trainer: it is called on a group's rollouts at once, with a timeout for the
 whole call and a memory limit (RLIMIT_AS). If it raises, calls sys.exit, returns a non-finite number or
@@ -48,6 +54,28 @@ from typing import Callable
 from ..core.types import Group, Rollout
 
 RewardFn = Callable[[str, str], "float | Mapping[str, float]"]
+
+
+DEFAULT_RANGE = (0.0, 1.0)
+
+
+def declared_range(fn) -> tuple[float, float]:
+    """The `reward_range` a reward function (or the task it is bound to) declares, else DEFAULT_RANGE."""
+    for owner in (fn, getattr(fn, "__self__", None)):
+        r = getattr(owner, "reward_range", None)
+        if r is not None:
+            return check_range(r, f"reward_range of {getattr(fn, '__qualname__', fn)!r}")
+    return DEFAULT_RANGE
+
+
+def check_range(r, what: str) -> tuple[float, float]:
+    try:
+        low, high = (float(x) for x in r)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what}: expected (low, high), got {r!r}") from None
+    if not (math.isfinite(low) and math.isfinite(high) and low < high):
+        raise ValueError(f"{what}: expected finite low < high, got {r!r}")
+    return low, high
 
 
 def declared_weights(fn) -> dict[str, float] | None:
@@ -88,6 +116,7 @@ class Scorer:
                                 f"got {fn!r}")
             self.worker = RewardWorker(fn, timeout_s, memory_mb, path)
         declared = self.worker.weights if self.worker is not None else declared_weights(fn)
+        self.low, self.high = (self.worker.range if self.worker is not None else declared_range(fn))
         self.weights = {str(k): float(v) for k, v in weights.items()} if weights else declared
         self.part_names: tuple[str, ...] | None = tuple(self.weights) if self.weights else None
         self.correct_part = correct_part
@@ -147,8 +176,8 @@ class Scorer:
         if not isinstance(raw, Mapping):
             if self.part_names is not None:
                 raise ValueError(f"reward function returned {raw!r}, expected components {self.part_names}")
-            return _finite(float(raw), "reward")
-        parts = {str(k): _finite(float(v), f"reward component {k!r}") for k, v in raw.items()}
+            return self._in_range(float(raw), "reward")
+        parts = {str(k): self._in_range(float(v), f"reward component {k!r}") for k, v in raw.items()}
         if not parts:
             raise ValueError("reward function returned no components")
         if self.part_names is None:
@@ -159,20 +188,25 @@ class Scorer:
 
     def _combine(self, value: float | tuple[float, ...]) -> Score:
         if not isinstance(value, tuple):
-            return Score(value, value >= 1.0)
+            return Score(value, value >= self.high)
         names = self.part_names
         if self.weights:
             reward = sum(self.weights[n] * p for n, p in zip(names, value))
         else:
             reward = sum(value) / len(value)
-        correct = value[names.index(self.correct_part)] >= 1.0 if self.correct_part in names else reward >= 1.0
+        top = self.high
+        correct = value[names.index(self.correct_part)] >= top if self.correct_part in names else reward >= top
         return Score(reward, correct, value)
 
-
-def _finite(x: float, what: str) -> float:
-    if not math.isfinite(x):
-        raise ValueError(f"reward function returned a non-finite {what} ({x})")
-    return x
+    def _in_range(self, x: float, what: str) -> float:
+        """A non-finite value would poison every advantage of its group; one outside the declared range
+        would make correctness a matter of magnitude. Both are the reward function's error."""
+        if not math.isfinite(x):
+            raise ValueError(f"reward function returned a non-finite {what} ({x})")
+        if not self.low <= x <= self.high:
+            raise ValueError(f"reward function returned {what} {x:g}, outside its reward_range "
+                             f"[{self.low:g}, {self.high:g}] (declare reward_range = (low, high) on it to widen it)")
+        return x
 
 
 # the built-in rewards: name -> {reward_options.extract: the function in _math_reward.py}
@@ -211,9 +245,9 @@ class RewardWorker:
         self.path = list(path)  # searched before the trainer's own path
         self.proc: subprocess.Popen | None = None
         self.replaced = 0  # workers killed or lost after a timeout, an exit or a crash
-        self.weights = self._start()
+        self.weights, self.range = self._start()
 
-    def _start(self) -> dict | None:
+    def _start(self) -> tuple[dict | None, tuple[float, float]]:
         proc = subprocess.Popen([sys.executable, str(WORKER_SCRIPT)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 bufsize=0, close_fds=True)
         weakref.finalize(self, _kill, proc)  # never outlives the trainer's objects
@@ -235,7 +269,9 @@ class RewardWorker:
         if "error" in msg:
             _kill(proc)
             raise ValueError(f"reward {self.spec!r}: {msg['error']}")
-        return msg.get("weights")
+        rng = msg.get("range")
+        declared = DEFAULT_RANGE if rng is None else check_range(rng, f"reward {self.spec!r}: reward_range")
+        return msg.get("weights"), declared
 
     def call(self, pairs: list[tuple[str, str]]) -> list[tuple[bool, object]]:
         """[(True, value or {name: value}) | (False, error message)] for each pair, in order."""

@@ -1,0 +1,331 @@
+"""Issue 30 ("Hard to break, the rest of the way"): one test per root cause, each failing on 55832b4.
+docs/robustness.md keeps the table (the rows marked "issue 30")."""
+import json
+
+import pytest
+import torch
+
+from rollwise.run.config import load_config
+
+from conftest import SMALL
+from test_adversarial import cfg_for, one_thread  # noqa: F401  (one_thread: an autouse fixture)
+
+
+def cli(capsys, *argv):
+    """`rollwise ARGV` in this process: (exit code, stderr)."""
+    from rollwise.cli import main
+
+    code = main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    cli.out = captured.out
+    return code, captured.err
+
+
+# ---- 1. a config names a command as a component built from keyword options --------------------------
+
+@pytest.mark.parametrize("key,spec,options", [
+    ("reward_shaping", "os:system", "reward_shaping_options"),
+    ("engine", "os:system", "engine_options"),
+    ("learner.advantage", "os:system", None),
+    ("learner.loss", "os:system", None),
+    ("learner.correction", "os:system", None),
+    ("learner.recompose", "os:system", None),
+    ("learner.loss_agg", "os:system", None),
+])
+def test_no_kind_builds_an_unmarked_callable_from_a_config(tmp_path, key, spec, options):
+    marker = tmp_path / "pwned"
+    overrides = {key: spec}
+    if options:
+        overrides[options] = {"command": f"touch {marker}"}
+    with pytest.raises(ValueError, match=r"os:system' is not a \w+ component: .*rollwise_kind"):
+        load_config(None, overrides)
+    assert not marker.exists()
+
+
+def test_os_system_shaping_config_is_one_line_and_runs_nothing(tmp_path, capsys):
+    marker = tmp_path / "pwned"
+    config = tmp_path / "c.yaml"
+    config.write_text(json.dumps({"reward_shaping": "os:system",
+                                  "reward_shaping_options": {"command": f"touch {marker}"}}))
+    code, err = cli(capsys, "train", "--config", config, "--out", tmp_path / "run")
+    assert code == 2 and err.count("\n") == 1 and "is not a shaping component" in err
+    assert not marker.exists() and not (tmp_path / "run").exists()
+
+
+def test_a_marked_plugin_loads_and_a_plugin_that_raises_on_import_is_one_line(tmp_path, monkeypatch):
+    from rollwise.core import registry
+
+    (tmp_path / "plug_ok.py").write_text(
+        "from rollwise.control.base import Component\n"
+        "class Mine(Component):\n    pass\n"
+        "class Loose:\n    pass\n")
+    (tmp_path / "plug_bad.py").write_text("raise RuntimeError('plugin is broken')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert registry.get("planner", "plug_ok:Mine").obj.__name__ == "Mine"  # a Component subclass carries it
+    with pytest.raises(ValueError, match="'plug_ok:Loose' is not a task component"):
+        registry.get("task", "plug_ok:Loose")
+    with pytest.raises(ValueError, match=r"importing module 'plug_bad' raised RuntimeError: plugin is broken"):
+        registry.get("planner", "plug_bad:X")
+
+
+# ---- 2. a recorded run is never overwritten -----------------------------------------------------------
+
+def test_recorded_run_is_never_replaced(tmp_path, small_policy, capsys):
+    from rollwise.run.loop import CKPT, Trainer
+    import shutil
+
+    out = tmp_path / "run"
+    Trainer(cfg_for(out, steps=1), log=lambda m: None).run()
+    (out / CKPT).unlink()  # an archived record keeps config.json and metrics.jsonl
+    shutil.rmtree(out / "model")
+    before = (out / "metrics.jsonl").read_bytes()
+    code, err = cli(capsys, "train", "--config", out / "config.json", "--out", out)
+    assert code == 2 and err.count("\n") == 1 and "saved checkpoints but its checkpoint.pt is gone" in err
+    (out / ".rollwise-run").unlink()  # a record from elsewhere (or an older rollwise): no marker at all
+    code, err = cli(capsys, "train", "--config", out / "config.json", "--out", out)
+    assert code == 2 and "rollwise did not start a run there" in err and "starting over" not in cli.out + err
+    assert (out / "metrics.jsonl").read_bytes() == before and not (out / CKPT).exists()
+
+
+def test_config_with_an_absolute_out_needs_out(tmp_path, capsys):
+    elsewhere = tmp_path / "recording-machine" / "run"
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({**{k: v for k, v in SMALL.items() if "." not in k}, "out": str(elsewhere)}))
+    code, err = cli(capsys, "train", "--config", config)
+    assert code == 2 and "out is the absolute path" in err and "give --out DIR" in err
+    assert not elsewhere.exists()
+
+
+# ---- 3. --allow-config-change applies what it records, refuses what the saved state overrides -------------
+
+def test_allowed_lr_change_is_applied_and_seed_change_is_refused(tmp_path, small_policy):
+    import shutil
+
+    from safetensors.torch import load_file
+
+    from rollwise.run.loop import Trainer
+
+    quiet = dict(log=lambda m: None)
+    a, b = tmp_path / "a", tmp_path / "b"
+    kw = dict(reward="rewards_for_tests:by_length")  # a reward with variance: every step updates
+    Trainer(cfg_for(a, steps=1, **kw), **quiet).run()
+    shutil.copytree(a, b)
+    Trainer(cfg_for(a, steps=2, **kw), **quiet).run()  # unchanged resume
+    tr = Trainer(cfg_for(b, steps=2, **kw, **{"learner.lr": 3e-3}), allow_config_change=True, **quiet)
+    rows = tr.run()
+    assert rows[-1]["step"] == 2 and rows[-1]["updated"] == 1
+    assert [g["lr"] for g in tr.learner.opt.param_groups] == [3e-3] * len(tr.learner.opt.param_groups)
+    wa, wb = load_file(a / "model" / "model.safetensors"), load_file(b / "model" / "model.safetensors")
+    assert any(not torch.equal(wa[k], wb[k]) for k in wa)  # the new lr moved the weights differently
+    recorded = (a / "config.json").read_text()
+    with pytest.raises(ValueError, match=r"cannot resume with seed: 0 -> 5, even with --allow-config-change"):
+        Trainer(cfg_for(a, steps=3, seed=5, **kw), allow_config_change=True, **quiet).run()
+    with pytest.raises(ValueError, match=r"cannot resume with warmstart\.lr"):
+        Trainer(cfg_for(a, steps=3, **kw, warmstart={"steps": 20, "lr": 2e-3}), allow_config_change=True,
+                **quiet).run()
+    assert (a / "config.json").read_text() == recorded
+
+
+# ---- 4. a reward outside its range is an error, not a right answer -----------------------------------------
+
+def test_reward_outside_its_range_is_an_error_counted_like_a_failure():
+    from rollwise.tasks.reward import Score, Scorer
+
+    s = Scorer("adversarial_rewards:huge", trusted=False, timeout_s=5)
+    try:
+        assert s.judge_many([("1", "1"), ("2", "1")]) == [Score(0.0, False, None)] * 2
+        assert s.errors == 2 and "outside its reward_range [0, 1]" in s.last_error
+    finally:
+        s.close()
+    s = Scorer("adversarial_rewards:signed", trusted=False, timeout_s=5)  # declares (-1, 1)
+    try:
+        assert s.judge_many([("bad", ""), ("ok", "")]) == [Score(-1.0, False), Score(1.0, True)] and s.errors == 0
+    finally:
+        s.close()
+    with pytest.raises(ValueError, match="outside its reward_range"):  # a trusted verifier's bug raises
+        Scorer(lambda r, a: 2.0).judge("", "")
+    assert Scorer(lambda r, a: {"correct": 1.0, "format": 0.5}).judge("", "").correct
+
+
+def test_eval_with_a_reward_that_always_fails_reports_it(small_policy, capsys):
+    args = ["eval", "--size", "4", "--set", f"task_options={json.dumps(SMALL['task_options'])}",
+            "--set", f"warmstart={json.dumps(SMALL['warmstart'])}", "--set", "max_new_tokens=8"]
+    code, err = cli(capsys, *args, "--reward", "adversarial_rewards:huge")
+    assert code == 2 and err.count("\n") == 1 and "failed on 4 of 4 responses" in err
+    assert "no accuracy to report" in err and "outside its reward_range" in err
+    code, err = cli(capsys, *args, "--reward", "rewards_for_tests:by_length")
+    assert code == 0 and json.loads(cli.out)["reward_errors"] == 0
+
+
+def test_nothing_to_learn_warning_blames_the_reward_when_it_failed(tmp_path, small_policy):
+    from rollwise.run.loop import Trainer
+
+    logs = []
+    Trainer(cfg_for(tmp_path / "r", steps=1, reward="adversarial_rewards:always_fails"), log=logs.append).run()
+    (warning,) = [m for m in logs if "nothing to learn" in m]
+    assert "the reward function failed on 32 of 32 rollouts" in warning and "the model solves" not in warning
+
+
+# ---- 5. export refuses a NaN model; a damaged one is one line ----------------------------------------------
+
+def test_export_refuses_a_nan_or_damaged_model(tmp_path, small_policy, capsys):
+    from rollwise.policy.policy import Policy
+
+    bad = Policy.load(small_policy[0])
+    with torch.no_grad():
+        for p in bad.model.parameters():
+            p.fill_(float("nan"))
+    bad.save(tmp_path / "nan-model")
+    code, err = cli(capsys, "export", "--model", tmp_path / "nan-model", "--out", tmp_path / "x")
+    assert code == 2 and err.count("\n") == 1 and "non-finite weights" in err and "not exporting it" in err
+    assert not (tmp_path / "x").exists()
+    damaged = tmp_path / "damaged"
+    Policy.load(small_policy[0]).save(damaged)
+    (damaged / "model.safetensors").write_bytes(b"\x00" * 64)
+    code, err = cli(capsys, "export", "--model", damaged, "--out", tmp_path / "y")
+    assert code == 2 and err.count("\n") == 1 and f"model {damaged}" in err and "Traceback" not in err
+    assert not (tmp_path / "y").exists()
+
+
+# ---- 6. raw tracebacks become one line naming the problem ----------------------------------------------
+
+@pytest.mark.parametrize("error", [OSError(28, "No space left on device"),
+                                   RuntimeError("[enforce fail at inline_container.cc:783] . PytorchStreamWriter "
+                                                "failed writing file data/3: file write failed")])
+def test_disk_full_while_saving_a_checkpoint_is_one_line_and_keeps_the_last(tmp_path, small_policy, capsys,
+                                                                          monkeypatch, error):
+    from rollwise.run.loop import CKPT, read_checkpoint
+
+    out = tmp_path / "run"
+    args = ["train", "--out", out]
+    for k, v in {**SMALL, "eval_every": 0}.items():
+        args += ["--set", f"{k}={json.dumps(v)}"]
+    assert cli(capsys, *args, "--steps", "1")[0] == 0
+    real_save = torch.save
+
+    def full(obj, f, *a, **kw):
+        real_save(obj, f, *a, **kw)  # part of it written, then the disk is full
+        raise error
+    monkeypatch.setattr(torch, "save", full)
+    code, err = cli(capsys, *args, "--steps", "2")
+    assert code == 2 and err.count("\n") == 1 and "step 2: cannot write the checkpoint" in err
+    assert "the last complete checkpoint.pt is kept" in err and "Traceback" not in err
+    assert read_checkpoint(out / CKPT)["step"] == 1 and not (out / (CKPT + ".tmp")).exists()
+
+
+@pytest.mark.parametrize("sets,msg", [
+    (["learner=5", "learner.lr=1e-3"], "learner.lr: learner is 5, not a mapping of fields"),
+    (["warmstart=5"], "warmstart must be a mapping of its fields, got 5"),
+    (["planner=uniform+april", "planner_options.april.overprovision=nan"],
+     "planner_options.april.overprovision must be a number, got nan"),
+    (["planner=uniform+april", "planner_options.april.overprovision=inf"],
+     "april: overprovision must be a finite number >= 0, got inf"),
+    (["engine=vllm"], "engine 'vllm': --engine vllm needs vLLM"),
+])
+def test_bad_settings_are_one_line_before_any_work(tmp_path, capsys, monkeypatch, sets, msg):
+    import importlib.util
+
+    from rollwise.run import loop
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
+    monkeypatch.setattr(loop, "load_policy", lambda path: pytest.fail("a model was loaded"))
+    args = ["train", "--out", tmp_path / "run"]
+    for s in sets:
+        args += ["--set", s]
+    code, err = cli(capsys, *args)
+    assert code == 2 and err.count("\n") == 1 and msg in err and "Traceback" not in err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("cmd", ["warmstart", "train"])
+def test_block_size_too_small_for_the_embedded_task_is_one_line_with_a_size_that_works(tmp_path, capsys, cmd,
+                                                                                       cache_dir):
+    code, err = cli(capsys, cmd, "--set", "warmstart.block_size=8", "--set", "warmstart.steps=2",
+                    *(["--out", tmp_path / "run"] if cmd == "train" else []))
+    assert code == 2 and err.count("\n") == 1 and "more than the base's context warmstart.block_size=8" in err
+    size = int(err.rsplit("--set warmstart.block_size=", 1)[1])
+    assert size >= 24  # the longest arithmetic prompt (14 tokens) + max_new_tokens (10)
+
+
+# ---- 7. file tasks: held-out prompts leave the RL pool; one prompt, one answer -------------------------------
+
+def _jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def test_file_task_drops_heldout_prompts_from_the_pool_and_refuses_conflicting_answers(tmp_path):
+    from rollwise.tasks.files import FileTask
+
+    train = _jsonl(tmp_path / "t.jsonl", [{"prompt": f"{i}+1=", "answer": str(i + 1)} for i in range(5)])
+    held = _jsonl(tmp_path / "h.jsonl", [{"prompt": "1+1=", "answer": "2"}, {"prompt": "3+1=", "answer": "4"},
+                                         {"prompt": "9+1=", "answer": "10"}])
+    t = FileTask(train, held)
+    assert [p.text for p in t.train_pool()] == ["0+1=", "2+1=", "4+1="] and [p.id for p in t.train_pool()] == [0, 1, 2]
+    assert t.notes() == [f"2 train row(s) of {train} dropped from the RL pool: their prompt is a held-out prompt "
+                         f"of {held} (3 left)"]
+    assert t.describe_prompt("train", 2) == f"{train}: row 5"  # rows still name the file's lines
+    rows = [{"prompt": "a=", "answer": "1"}, {"prompt": "b=", "answer": "2"}, {"prompt": "a=", "answer": "1"},
+            {"prompt": "b=", "answer": "3"}, {"prompt": "c=", "answer": "4"}, {"prompt": "a=", "answer": "5"}]
+    bad = _jsonl(tmp_path / "dup.jsonl", rows)
+    with pytest.raises(ValueError, match=r"dup.jsonl: row 4: 2 prompt\(s\) appear on several rows with different "
+                                         r"answers \(first: row 4 has the prompt of row 2, answer '3' vs '2'\)"):
+        FileTask(bad, held)
+
+
+def test_trainer_logs_the_dropped_heldout_prompts(tmp_path, small_policy):
+    from rollwise.run.loop import Trainer
+
+    train = _jsonl(tmp_path / "t.jsonl", [{"prompt": f"{i}+1=", "answer": str(i + 1)} for i in range(5)])
+    held = _jsonl(tmp_path / "h.jsonl", [{"prompt": "1+1=", "answer": "2"}])
+    logs = []
+    tr = Trainer(load_config(None, {"task": "file", "task_options": {"train_path": train, "heldout_path": held},
+                                    "model": str(small_policy[0]), "out": str(tmp_path / "r"), "max_new_tokens": 4,
+                                    "batch_size": 2, "n": 2}), log=logs.append)
+    assert len(tr.pool) == 4 and any(m.startswith("task: 1 train row(s)") for m in logs)
+
+
+# ---- 8. smaller ones ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args,msg", [
+    (["train", "--set", "task_options.pool_size=1e8"], "task_options.pool_size must be at most 100,000"),
+    (["train", "--task", "chain", "--set", "task_options.heldout_size=1e8"],
+     "task_options.heldout_size must be at most 100,000"),
+    (["train", "--planner", "greso+greso"], "planner 'greso+greso': greso named more than once"),
+    (["sim", "--steps", "1", "--prompts", "50", "--batch", "4", "--quiet", "--set", "dynamics.eta_global=nan"],
+     "dynamics.eta_global must be a finite number, got nan"),
+])
+def test_smaller_probes_are_one_line_at_once(tmp_path, capsys, args, msg):
+    import time
+
+    t0 = time.perf_counter()
+    code, err = cli(capsys, *args, *(["--out", tmp_path / "run"] if args[0] == "train" else []))
+    assert code == 2 and err.count("\n") == 1 and msg in err and time.perf_counter() - t0 < 30
+    assert cli.out == ""  # nothing half-written on stdout (the simulator's figures are strict JSON or nothing)
+
+
+def test_a_cut_metrics_row_the_checkpoint_covers_is_refused_on_resume(tmp_path, small_policy):
+    from rollwise.run.loop import Trainer
+
+    out = tmp_path / "run"
+    Trainer(cfg_for(out, steps=2), log=lambda m: None).run()
+    text = (out / "metrics.jsonl").read_text()
+    (out / "metrics.jsonl").write_text(text[: len(text) - 40])  # the last row (step 2, checkpointed) cut short
+    with pytest.raises(ValueError, match=r"metrics.jsonl: line 2 is cut short and the rows stop before the "
+                                         r"checkpoint's step 2"):
+        Trainer(cfg_for(out, steps=3), log=lambda m: None).run()
+    assert (out / "metrics.jsonl").read_text() == text[: len(text) - 40]  # untouched
+
+
+def test_missing_math_verify_names_the_extra(tmp_path):
+    from pathlib import Path
+
+    import rollwise.tasks.reward as reward_mod
+    from rollwise.tasks.reward import Scorer
+
+    (tmp_path / "math_verify.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'math_verify'\", name='math_verify')\n")
+    with pytest.raises(ValueError, match=r"--reward math needs the math-verify package \(pip install "
+                                         r"'rollwise\[math\]'\)"):
+        Scorer("_math_reward:auto", trusted=False, path=[str(tmp_path), str(Path(reward_mod.__file__).parent)])
