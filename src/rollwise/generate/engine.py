@@ -68,7 +68,8 @@ Optional, declared by having them (the driver refuses a planner that needs one o
                                      reason "stop" ends them as done rows (finish_reason "stop": scored and
                                      trained like an EOS), "pruned" as dropped rows (status and finish_reason
                                      "pruned"; the driver charges their tokens to fate "pruned"). They come
-                                     back in the request's Finished event, with its other samples.
+                                     back in the request's Finished event, with its other samples. Another
+                                     reason, or a request not running, is a ValueError.
     hidden_states = True             also takes submit(requests, hidden=True) and then answers
                                      peek(request_ids, hidden=True) with a pair (tokens_T, h_D) per running
                                      sample: the last layer's hidden state at its last token (ARRoL's input)
