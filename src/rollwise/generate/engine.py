@@ -1,37 +1,85 @@
-"""The Engine protocol (Generate): what the step driver needs from anything that samples.
+"""The Engine protocol (Generate): what the step driver and the Trainer need from anything that samples.
 
-    submit(requests)                 queue requests (the driver has set each Request.id)
-    poll(max_steps=None)             advance generation and return events: Finished for every request
-                                     whose n samples are all done, then Progress for requests still
-                                     running. max_steps=None runs until everything submitted is done
-                                     (synchronous mode: "submit all, poll until done").
-    abort(request_ids)               stop those requests now: Finished events whose rollouts hold the
-                                     tokens and log-probs generated so far (status "aborted")
-    update_weights(version, state)   the learner's new weights; state None = shared in memory
-    pending                          number of submitted requests not yet finished
+rollwise.testing.check_engine(make_engine) checks an engine against every rule below (docs/engines.md).
 
-Optional, in-flight control of single samples (DUET's marker-gated abort needs it; an engine without it
-is refused by name when a planner asks for it):
+Methods (the step driver's):
 
-    peek(request_ids)                {request id: [token ids each sample has generated so far in this
-                                     request (a 1-D LongTensor), or None for a sample that has stopped]}
-                                     for those of the requests that are running
+    submit(requests)                 queue requests; the driver has set each Request.id (unique among the
+                                     requests in flight). A Request asks for n >= 0 samples of its prompt,
+                                     with its own SamplingParams (None fields: the engine's defaults), and
+                                     optionally a `prefix` (then n must be 1; ValueError otherwise)
+    poll(max_steps=None)             advance generation by at most max_steps decode steps (about one token
+                                     per running sample each) and return a Finished event for every request
+                                     whose samples have all ended; max_steps=None runs until everything
+                                     submitted has finished ("submit all, poll until done": run_sync)
+    abort(request_ids)               end those requests now: a Finished event for each one still held, its
+                                     rows holding the tokens and log-probs generated so far
+    update_weights(version, state_dict=None)   sample from then on with the policy's current weights
+                                     (state_dict None: the learner updated the shared policy in place) or
+                                     with these weights; rollouts started after it carry `version`
+    pending                          number of submitted requests not yet returned
+    version                          the policy version new rollouts carry
+
+A policy engine (one the Trainer can use; the simulator's is not) also has:
+
+    for_policy(policy, *, temperature=1.0, top_p=1.0, max_new_tokens=16, seed=0, **options)
+                                     a classmethod that builds it over a rollwise Policy. The Trainer passes
+                                     those four keywords (the run's) and `engine_options` as further
+                                     keywords; an engine that shares something per policy (vLLM's instance)
+                                     shares it here. Evaluation builds extra engines with temperature 0.
+    state_dict() / load_state_dict(s)  its random streams: a fresh engine built with the same keywords that
+                                     loads the state draws the same samples as the one that saved it (the
+                                     Trainer checkpoints it between steps, when nothing is in flight)
+
+What comes back (every Finished event, whichever method returns it):
+
+  * One Finished(request, group, prompt_tokens) per Request, exactly once (from poll or abort); the
+    Group's prompt is the request's. run_sync puts them in request order.
+  * The group holds the request's n rows, in sample order; fewer only after an abort (a sample aborted
+    before its first token is left out, so a request aborted while queued comes back with 0 rows).
+  * Each row is a Rollout: token_ids_T (LongTensor [T], response only) and logprobs_T (float [T], the
+    behaviour log-probs log softmax(logits / T) of each sampled token under the weights that sampled it;
+    greedy rows at T = 1, and `temperature` is that T), entropy_T None or [T] with `entropy` its mean,
+    prompt_ids the prompt's encoding, prompt_id, purpose the request's, fate "new", all on the CPU.
+  * It ends (finish_reason -> status): "eos" -> "done" (the EOS token is its last token; no EOS before
+    it); "length" -> "done" (its whole max_tokens spent); "budget" -> "partial" (its segment budget
+    stopped it: continue it with a prefix); "aborted" -> "aborted"; and, through stop, "stop" -> "done"
+    and "pruned" -> "pruned". The new tokens never exceed the request's max_tokens (less a prefix).
+  * policy_version is the engine's version when the row started; versions_T (None when every token has
+    it) gives each token's version.
+  * prompt_tokens: the tokens prefilled for the request (the prompt once for its n samples, plus a
+    prefix; fewer when KV is reused); 0 for a request with n = 0 or aborted before it started.
+
+Continuing a partial (Request.prefix = a Rollout; continuation.py holds the rules, shared by the engines):
+the engine prefills prompt + prefix tokens and generates at most max_tokens - len(prefix) new tokens
+(cut to segment_tokens, at least 1, when set). The row it returns starts with the prefix's tokens,
+log-probs, entropies and versions unchanged, keeps the prefix's policy_version, and carries the prefix
+in meta["prefix"] with meta["tokens_by_kind"] = {"decoded": new tokens}. A prefix that already used
+the whole budget comes back at once with no new tokens (finish "length"). `keep_kv=True` on such a
+request only lets an engine keep the row's KV for it (the torch engine's PrefixKV): the samples are
+the same either way.
+
+Optional, declared by having them (the driver refuses a planner that needs one on an engine without it):
+
+    peek(request_ids)                {request id: [the 1-D LongTensor of tokens each sample has generated
+                                     so far, or None for a sample that has stopped]} for those of the
+                                     requests still running (DUET's marker-gated abort needs it)
     stop(request_id, samples, reason)  end these samples of a running request now, keeping their tokens:
                                      reason "stop" ends them as done rows (finish_reason "stop": scored and
                                      trained like an EOS), "pruned" as dropped rows (status and finish_reason
                                      "pruned"; the driver charges their tokens to fate "pruned"). They come
-                                     back in the request's Finished event, with its other samples.
+                                     back in the request's Finished event, with its other samples. Another
+                                     reason, or a request not running, is a ValueError.
+    hidden_states = True             also takes submit(requests, hidden=True) and then answers
+                                     peek(request_ids, hidden=True) with a pair (tokens_T, h_D) per running
+                                     sample: the last layer's hidden state at its last token (ARRoL's input)
 
-An engine that also declares `hidden_states = True` (the torch engine) takes `submit(requests, hidden=True)`
-and then answers `peek(request_ids, hidden=True)` with a pair (tokens_T, h_D) per running sample: the last
-layer's hidden state at its last token, read from the decode state (ARRoL's quality head needs it).
-
-Engines never touch the ledger: the driver charges what comes back, when it comes back. The built-in
-torch engine, the simulator and the test fakes implement this; `build_engine` resolves one by name.
+Engines never touch the ledger: the driver charges what comes back, when it comes back. Engines are
+registered by name (`@register("engine", name, ...)`; `--engine name` or `module:Class`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from ..core.types import Group, Request
@@ -49,21 +97,15 @@ class Finished:
     prompt_tokens: int = 0
 
 
-@dataclass(slots=True)
-class Progress:
-    """A request still running after a poll: tokens generated so far by each of its samples."""
-
-    request: Request
-    tokens: list[int] = field(default_factory=list)
-
-
 @runtime_checkable
 class Engine(Protocol):
+    """What the step driver calls (see the module docstring for the rules)."""
+
     version: int
 
     def submit(self, requests: list[Request]) -> None: ...
 
-    def poll(self, max_steps: int | None = None) -> list: ...
+    def poll(self, max_steps: int | None = None) -> list[Finished]: ...
 
     def abort(self, request_ids) -> list[Finished]: ...
 
@@ -71,6 +113,19 @@ class Engine(Protocol):
 
     @property
     def pending(self) -> int: ...
+
+
+@runtime_checkable
+class PolicyEngine(Engine, Protocol):
+    """An Engine the Trainer builds over its policy and checkpoints."""
+
+    @classmethod
+    def for_policy(cls, policy, *, temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 16,
+                   seed: int = 0, **options) -> "PolicyEngine": ...
+
+    def state_dict(self) -> dict: ...
+
+    def load_state_dict(self, s: dict) -> None: ...
 
 
 def request_params(req: Request, temperature: float, top_p: float, max_new_tokens: int) -> tuple[float, float, int]:
@@ -93,13 +148,12 @@ def run_sync(engine: Engine, requests: list[Request]) -> list[Finished]:
     while len(done) < len(requests):
         events = engine.poll()
         if len(events) == len(requests) and not done and all(  # the usual case: one poll, in order
-                type(e) is Finished and e.request is r for e, r in zip(events, requests)):
+                e.request is r for e, r in zip(events, requests)):
             return events
-        finished = [e for e in events if isinstance(e, Finished)]
-        if not finished and not engine.pending:
+        if not events and not engine.pending:
             raise RuntimeError(f"engine {type(engine).__name__} stopped with {len(requests) - len(done)} "
                                "requests unanswered")
-        for e in finished:
+        for e in events:
             done[e.request.id] = e
     return [done[r.id] for r in requests]
 
@@ -111,9 +165,15 @@ def number(requests: list[Request], start: int = 0) -> int:
     return start + len(requests)
 
 
-def build_engine(name: str, **kwargs):
-    """The engine class registered as `name` (or imported from 'module:Class'), built with kwargs.
-    An unknown name is an error listing the known ones."""
-    from ..core import registry
+# names that were public once: importing one says what replaced it
+_REMOVED = {
+    "Progress": "poll returns only Finished events; a running request's tokens come from the optional "
+                "peek(request_ids)",
+    "build_engine": "use rollwise.core.registry.get('engine', name).obj.for_policy(policy, **options)",
+}
 
-    return registry.get("engine", name).obj(**kwargs)
+
+def __getattr__(name: str):
+    if name in _REMOVED:
+        raise ImportError(f"rollwise.generate.engine.{name} was removed: {_REMOVED[name]}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

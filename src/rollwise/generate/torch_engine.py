@@ -38,7 +38,8 @@ import torch.nn.functional as F
 
 from ..core.registry import register
 from ..core.types import Group, Request, Rollout
-from .engine import STOP_REASONS, Finished, Progress, request_params
+from .continuation import check_request, continued, length_reason, limits, status_of
+from .engine import STOP_REASONS, Finished, request_params
 
 
 @register("engine", "torch", provenance="INF", summary="built-in KV-cache sampler; finished rows leave the batch")
@@ -85,8 +86,7 @@ class TorchEngine:
         """Queue requests; `hidden`: their chunk keeps each running row's last-layer hidden state for
         peek (the same forward passes, so the same tokens and random draws)."""
         for r in requests:
-            if r.n < 0 or (r.prefix is not None and r.n != 1):
-                raise ValueError(f"request {r.id}: n must be >= 0 (and 1 with a prefix), got {r.n}")
+            check_request(r)
         if hidden:
             self._hidden.update(r.id for r in requests)
         self._queue.extend(requests)
@@ -95,8 +95,8 @@ class TorchEngine:
     def pending(self) -> int:
         return len(self._queue) + (len(self._state.requests) - len(self._state.reported) if self._state else 0)
 
-    def poll(self, max_steps: int | None = None) -> list:
-        events: list = []
+    def poll(self, max_steps: int | None = None) -> list[Finished]:
+        events: list[Finished] = []
         steps = 0
         while max_steps is None or steps < max_steps:
             if self._state is None:
@@ -110,8 +110,6 @@ class TorchEngine:
             if self._state.done:
                 self._hidden.difference_update(r.id for r in self._state.requests)
                 self._state = None
-        if self._state is not None:
-            events += self._state.progress()
         return events
 
     def abort(self, request_ids) -> list[Finished]:
@@ -209,30 +207,19 @@ class DecodeState:
     def __init__(self, engine: TorchEngine, requests: list[Request]):
         self.engine, self.requests, self.reported = engine, requests, set()
         pol = self.pol = engine.policy
-        self.prompt_ids = [pol.encode(r.prompt.text) for r in requests]
-        prefixes = [r.prefix.token_ids_T.tolist() if r.prefix is not None else [] for r in requests]
-        contexts = [p + q for p, q in zip(self.prompt_ids, prefixes)]
         U = len(requests)
         params = [engine.params(r) for r in requests]
+        # per request: prompt + prefix to prefill, and the length limits (continuation.py's rules)
+        lims = [limits(r, pol.encode(r.prompt.text), m, pol.max_positions) for r, (_, _, m) in zip(requests, params)]
+        self.prompt_ids = [x.prompt_ids for x in lims]
+        contexts = [x.context for x in lims]
         ns = [r.n for r in requests]
         dev = self.dev = getattr(pol, "device", torch.device("cpu"))
         row_src = torch.repeat_interleave(torch.arange(U, device=dev), torch.tensor(ns, dtype=torch.long, device=dev))
         R = self.R = int(row_src.numel())
         self.row_req = row_src
-        # per-row length limits: the request's max tokens (minus a resumed prefix), within the context;
-        # a segment budget stops a row earlier, as a partial to resume
-        limit, full = [], []
-        for ctx_ids, pre, (_, _, m), n, r in zip(contexts, prefixes, params, ns, requests):
-            room = pol.max_positions - len(ctx_ids)
-            if room < 1 and n > 0 and m - len(pre) > 0:
-                raise ValueError(f"prompt of {len(ctx_ids)} tokens leaves no room to generate "
-                                 f"(model context {pol.max_positions})")
-            whole = max(0, min(m - len(pre), room))
-            seg = r.sampling.segment_tokens
-            full += [whole] * n
-            limit += [whole if seg is None else min(whole, max(int(seg), 1))] * n
-        self.limit = torch.tensor(limit, dtype=torch.long, device=dev)
-        self.full_limit = torch.tensor(full, dtype=torch.long, device=dev)
+        self.limit = torch.tensor([x.limit for x, n in zip(lims, ns) for _ in range(n)], dtype=torch.long, device=dev)
+        self.full_limit = torch.tensor([x.full for x, n in zip(lims, ns) for _ in range(n)], dtype=torch.long, device=dev)
         temps = [params[u][0] for u in row_src.tolist()]
         tops = [params[u][1] for u in row_src.tolist()]
         # one temperature and top-p for the whole chunk (the usual case) keeps the scalar arithmetic
@@ -419,15 +406,6 @@ class DecodeState:
                                     self.prompt_tokens[u] if req.n else 0))
         return out
 
-    def progress(self) -> list[Progress]:
-        lengths = self.length.tolist()
-        out, start = [], 0
-        for u, req in enumerate(self.requests):
-            if u not in self.reported:
-                out.append(Progress(req, lengths[start:start + req.n]))
-            start += req.n
-        return out
-
     def abort(self, ids: set[int]) -> list[Finished]:
         """Stop the unfinished rows of these requests; their tokens so far come back as partials."""
         fin = self.finished.tolist()
@@ -488,28 +466,22 @@ class DecodeState:
         ent_mean = float(self.ent_sum[row] / max(k, 1))
         versions = None
         pre = req.prefix
+        full = int(self.full_limit[row])
         if self.hit_eos[row]:
-            reason, status = "eos", "done"
+            reason = "eos"
         elif row in self.stopped:  # ended by the caller: "stop" keeps it as done, "pruned" drops it
             reason = self.stopped[row]
-            status = "done" if reason == "stop" else reason
-        elif k >= int(self.full_limit[row]):  # the whole budget is spent: a length stop, even if aborted
-            reason, status = "length", "done"
-        elif self.aborted[row]:
-            reason, status = "aborted", "aborted"
-        else:  # stopped by its segment budget
-            reason, status = "budget", "partial"
+        elif self.aborted[row] and k < full:  # a row that spent its whole budget is a length stop, even if aborted
+            reason = "aborted"
+        else:  # at its limit: its whole budget ("length") or its segment budget ("budget")
+            reason = length_reason(k, full)
         meta = {}
         if pre is not None:  # a resumed partial: the prefix's tokens come first, with their versions
-            pv = (pre.versions_T if pre.versions_T is not None
-                  else torch.full((pre.num_tokens,), pre.policy_version, device="cpu"))
-            versions = torch.cat([pv, torch.full((k,), self.version, device="cpu")])
-            pe = pre.entropy_T if pre.entropy_T is not None else torch.full((pre.num_tokens,), pre.entropy, device="cpu")
-            toks, lps, ents = torch.cat([pre.token_ids_T, toks]), torch.cat([pre.logprobs_T, lps]), torch.cat([pe, ents])
+            c = continued(pre, toks, lps, ents, torch.full((k,), self.version, device="cpu"))
+            toks, lps, ents, versions, meta = c.token_ids_T, c.logprobs_T, c.entropy_T, c.versions_T, c.meta
             ent_mean = float(ents.mean()) if len(ents) else 0.0
-            # the prefix was charged when it was generated: this rollout adds only its k new tokens
-            meta = {"prefix": pre, "tokens_by_kind": {"decoded": k}}
         t = self.engine.params(req)[0]
+        status = status_of(reason)
         out = Rollout(
             prompt_id=req.prompt.id, prompt_ids=self.prompt_ids[u], token_ids_T=toks, logprobs_T=lps,
             text=self.pol.decode(toks.tolist()), finish_reason=reason,

@@ -27,8 +27,8 @@ What it maps, and how:
   * poll(max_steps): one vLLM engine step per step (about one token per running sequence), outputs
     streamed as deltas, so a caller can act between tokens. abort(ids) stops those requests in vLLM and
     returns what was generated so far (status "aborted"); a sample aborted before its first token is
-    dropped from its group (as the torch engine returns queued requests empty). The optional in-flight
-    control of single samples (peek/stop, DUET's abort) is refused with a message naming it.
+    dropped from its group (as the torch engine returns queued requests empty). It has no peek/stop (the
+    optional in-flight control of single samples): the driver refuses DUET's abort and ARRoL by name.
   * Weights: `update_weights(version)` pushes the policy's weights (or the given state_dict) into vLLM,
     then resets the prefix cache (its KV blocks were computed with the old weights). Tokens carry the
     version that produced them (`versions_T` when it changed mid-request). Three ways in (`weight_sync`):
@@ -64,7 +64,8 @@ import torch
 
 from ..core.registry import register
 from ..core.types import Group, Request, Rollout
-from .engine import Finished, Progress, request_params
+from .continuation import check_request, continued, length_reason, limits, prefix_entropy, status_of
+from .engine import Finished, request_params
 
 WEIGHT_SYNCS = ("reload", "ipc", "nccl")
 TOP_P_LOGPROBS = ("full", "nucleus")
@@ -218,9 +219,9 @@ class VLLMRuntime:
 class _Live:
     """One submitted request: its context, limits and the per-sample buffers filled from vLLM's deltas."""
 
-    def __init__(self, req: Request, prompt_ids: list[int], prefix: list[int], limit: int, params, full: int):
-        self.req, self.prompt_ids, self.prefix, self.limit = req, prompt_ids, prefix, limit
-        self.full = full  # the request's whole token budget; `limit` is less with a segment budget
+    def __init__(self, req: Request, lim, params):
+        self.req, self.prompt_ids, self.prefix, self.limit = req, lim.prompt_ids, lim.prefix_ids, lim.limit
+        self.full = lim.full  # the request's whole token budget; `limit` is less with a segment budget
         self.temperature, self.top_p = params[0], params[1]
         # vLLM refuses greedy with n > 1: greedy samples are identical, so one is drawn and copied
         n = self.drawn = 1 if self.temperature == 0 and req.n > 1 else req.n
@@ -237,10 +238,6 @@ class _Live:
     def samples(self) -> list[int]:
         """The buffer of each of the request's n samples (all 0 for copied greedy samples)."""
         return list(range(self.req.n)) if self.drawn == self.req.n else [0] * self.req.n
-
-
-INFLIGHT_REFUSAL = ("the vllm engine does not offer in-flight control of single samples (the Engine protocol's "
-                    "optional peek/stop, which duet-abort and arrol need); use --engine torch")
 
 
 @register("engine", "vllm", provenance="INF",
@@ -308,19 +305,10 @@ class VLLMEngine:
 
         pol = self.policy
         for r in requests:
-            if r.n < 0 or (r.prefix is not None and r.n != 1):
-                raise ValueError(f"request {r.id}: n must be >= 0 (and 1 with a prefix), got {r.n}")
+            check_request(r)
             t, p, m = self.params(r)
-            prompt_ids = pol.encode(r.prompt.text)
-            prefix = r.prefix.token_ids_T.tolist() if r.prefix is not None else []
-            ctx = prompt_ids + prefix
-            room = self.rt.max_model_len - len(ctx)
-            if room < 1 and r.n > 0 and m - len(prefix) > 0:
-                raise ValueError(f"prompt of {len(ctx)} tokens leaves no room to generate "
-                                 f"(vLLM max_model_len {self.rt.max_model_len})")
-            whole = max(0, min(m - len(prefix), room))
-            seg = r.sampling.segment_tokens  # a segment budget stops a row earlier, as a partial to resume
-            live = _Live(r, prompt_ids, prefix, whole if seg is None else min(whole, max(int(seg), 1)), (t, p), whole)
+            lim = limits(r, pol.encode(r.prompt.text), m, self.rt.max_model_len)  # continuation.py's rules
+            live = _Live(r, lim, (t, p))
             if r.n == 0 or live.limit == 0:
                 live.reason = ["length"] * live.drawn
                 self._ready.append(self._finished(live))
@@ -331,14 +319,14 @@ class VLLMEngine:
             vid = f"{self.owner}:{r.id}"
             if vid in self._live:
                 raise ValueError(f"request id {r.id} is already running")
-            self.rt.llm.llm_engine.add_request(vid, {"prompt_token_ids": ctx}, sp)
+            self.rt.llm.llm_engine.add_request(vid, {"prompt_token_ids": lim.context}, sp)
             self._live[vid] = live
 
     @property
     def pending(self) -> int:
         return len(self._live) + len(self._ready)
 
-    def poll(self, max_steps: int | None = None) -> list:
+    def poll(self, max_steps: int | None = None) -> list[Finished]:
         events, self._ready = self._ready, []
         steps = 0
         while self._live and (max_steps is None or steps < max_steps):
@@ -352,7 +340,6 @@ class VLLMEngine:
                 events.append(self._finished(self._live.pop(vid)))
             if not outs and self._live and not self.rt.has_work():
                 raise RuntimeError(f"vLLM stopped with {len(self._live)} requests unanswered")
-        events += [Progress(live.req, [len(live.tokens[i]) for i in live.samples()]) for live in self._live.values()]
         return events
 
     def abort(self, request_ids) -> list[Finished]:
@@ -367,12 +354,6 @@ class VLLMEngine:
             live.reason = [r if r is not None else "aborted" for r in live.reason]
             out.append(self._finished(live))
         return out
-
-    def peek(self, request_ids) -> dict:
-        raise NotImplementedError(INFLIGHT_REFUSAL)
-
-    def stop(self, request_id, samples, reason) -> None:
-        raise NotImplementedError(INFLIGHT_REFUSAL)
 
     def update_weights(self, version: int, state_dict=None) -> None:
         self._push(state_dict)
@@ -405,10 +386,9 @@ class VLLMEngine:
                     top = [lp.logprob for lp in lps.values() if lp.rank is not None and lp.rank <= k]
                     live.entropy[i].append(-sum(math.exp(x) * x for x in top if x > -math.inf))
             if c.finish_reason is not None:
-                reason = "eos" if c.finish_reason == "stop" else c.finish_reason
-                if reason == "length" and len(live.tokens[i]) < live.full:  # its segment, not its budget, is spent
-                    reason = "budget"
-                live.reason[i] = reason
+                # at its limit: its whole budget ("length") or its segment budget ("budget")
+                live.reason[i] = ("eos" if c.finish_reason == "stop" else length_reason(len(live.tokens[i]), live.full)
+                                  if c.finish_reason == "length" else c.finish_reason)
 
     def _finished(self, live: _Live) -> Finished:
         req = live.req
@@ -435,7 +415,7 @@ class VLLMEngine:
             if r.entropy_T is None:
                 r.entropy_T = torch.zeros(r.num_tokens)
                 if P:
-                    r.entropy_T[:P] = _prefix_entropy(live.req.prefix)
+                    r.entropy_T[:P] = prefix_entropy(live.req.prefix)
             r.entropy_T[P:] = ent[row, :k]
             r.entropy = float(r.entropy_T.mean())
 
@@ -448,18 +428,12 @@ class VLLMEngine:
         version = vers[0] if vers else self.version
         ents = torch.tensor(live.entropy[i], dtype=torch.float32) if self.entropy_topk else None
         reason = live.reason[i]
-        status = {"aborted": "aborted", "budget": "partial"}.get(reason, "done")
+        status = status_of(reason)
         pre = req.prefix
         meta = {}
         if pre is not None:  # a resumed partial: the prefix's tokens come first, with their versions
-            # the prefix was charged when it was generated: this rollout adds only its new tokens (and
-            # carries the prefix, whose fate follows it: Group.move)
-            meta = {"prefix": pre, "tokens_by_kind": {"decoded": len(toks)}}
-            pv = pre.versions_T if pre.versions_T is not None else torch.full((pre.num_tokens,), pre.policy_version)
-            versions = torch.cat([pv, versions if versions is not None else torch.full((len(toks),), version)])
-            toks, lps = torch.cat([pre.token_ids_T, toks]), torch.cat([pre.logprobs_T, lps])
-            if ents is not None:
-                ents = torch.cat([_prefix_entropy(pre), ents])
+            c = continued(pre, toks, lps, ents, versions if versions is not None else torch.full((len(toks),), version))
+            toks, lps, ents, versions, meta = c.token_ids_T, c.logprobs_T, c.entropy_T, c.versions_T, c.meta
             version = pre.policy_version
         if ents is not None:
             ent_mean = float(ents.mean()) if len(ents) else 0.0
@@ -471,7 +445,3 @@ class VLLMEngine:
             text=pol.decode(toks.tolist()), finish_reason=reason, policy_version=version, purpose=req.purpose,
             entropy=ent_mean, status=status, temperature=t if t > 0 else 1.0, entropy_T=ents,
             versions_T=versions, meta=meta)
-
-
-def _prefix_entropy(pre: Rollout) -> torch.Tensor:
-    return pre.entropy_T if pre.entropy_T is not None else torch.full((pre.num_tokens,), pre.entropy)
