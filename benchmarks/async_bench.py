@@ -34,6 +34,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from rollwise.run.records import rows as metrics_rows
+
 import numpy as np
 
 from rollwise.bench.stats import (acc_at, auc, paired_difference, tokens_to_target_ratio, verdict)
@@ -64,7 +66,7 @@ def bench(name: str, args) -> Path:
 
 
 def rows_of(d: Path) -> list[dict]:
-    return [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    return metrics_rows(d)
 
 
 def on_wall_axis(rows: list[dict]) -> list[dict]:

@@ -13,13 +13,14 @@ Known, deliberate differences are applied as overrides with the reason (`OVERRID
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from rollwise.run.records import rows as metrics_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 R = ROOT / "benchmarks" / "results"
@@ -52,7 +53,7 @@ RTOL = 1e-6
 
 
 def rows(path: Path) -> list[dict]:
-    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    return metrics_rows(path)
 
 
 def close(key: str, a, b, rtol: float = RTOL) -> bool:

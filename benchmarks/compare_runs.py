@@ -10,17 +10,18 @@ field of every row is equal (floats exactly, NaN equal to NaN).
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from collections import Counter
 from pathlib import Path
 
+from rollwise.run.records import rows as metrics_rows
+
 TIMING = {"wall_s", "gen_s"}
 
 
 def rows(path: Path) -> list[dict]:
-    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    return metrics_rows(path)
 
 
 def same(a, b) -> bool:

@@ -38,6 +38,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from rollwise.run.records import rows as metrics_rows
+
 import torch
 
 HERE = Path(__file__).resolve().parent
@@ -100,7 +102,7 @@ def validate(steps: int, profile_path: Path) -> dict:
 
 def compare(run_dir: Path, profile_path: Path, validation: dict) -> dict:
     """Predict a recorded run's training seconds per step (its last row's cumulative counts)."""
-    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    rows = metrics_rows(run_dir)
     config = json.loads((run_dir / "config.json").read_text())
     counts, missing = counts_from_row(rows[-1], config)
     per_decode = {k: validation["counts"][k] / validation["counts"]["decode_tokens"] for k in counts}

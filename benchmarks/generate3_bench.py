@@ -22,6 +22,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from rollwise.run.records import rows as metrics_rows
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 BENCHES = {
@@ -39,7 +41,7 @@ def run_dir(out: Path, bench: str, planner: str, seed: int) -> Path:
 
 
 def rows_of(path: Path) -> list[dict]:
-    return [json.loads(x) for x in (path / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    return metrics_rows(path)
 
 
 def run_figures(rows: list[dict]) -> dict:

@@ -17,6 +17,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from rollwise.run.records import rows as metrics_rows
+
 import numpy as np
 
 ARMS = {  # name -> (group size n, advantage); MC-GRPO draws G + 1 samples, the +1 being the pivot
@@ -44,7 +46,7 @@ def main() -> None:
         summary = json.loads((out / "summary.json").read_text())
         runs = []
         for s in range(args.seeds):
-            rows = [json.loads(x) for x in (out / "runs" / "default" / "uniform" / f"seed{s}" / "metrics.jsonl").read_text().splitlines()]
+            rows = metrics_rows(out / "runs" / "default" / "uniform" / f"seed{s}")
             evals = [r for r in rows if "eval_acc" in r]
             runs.append({"final_acc": evals[-1]["eval_acc"], "base_acc": evals[0]["eval_acc"], "tokens": rows[-1]["tokens"]})
         finals = np.array([r["final_acc"] for r in runs])

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..run.records import rows as metrics_rows
 from . import stats
 from .runner import BenchConfig, run_dir, seed_list
 
@@ -28,8 +29,7 @@ PCT = [f"{f * 100:.0f}" for f in stats.FRACTIONS]  # summary keys of acc_diff: "
 
 
 def load_run(d: Path) -> list[dict]:
-    f = d / "metrics.jsonl"
-    return [json.loads(x) for x in f.read_text().splitlines() if x.strip()] if f.exists() else []
+    return metrics_rows(d)
 
 
 def run_figures(rows: list[dict], target: float, budget: float | None = None) -> dict:

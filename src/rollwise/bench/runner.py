@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..run.records import read_rows
+
 # Difficulty mixes of the arithmetic task's train pool (weights of levels 1..6). The default is chosen so
 # that roughly 30-60% of GRPO's groups are zero-variance at the base checkpoint, as the papers report on
 # real data. Another task brings its own (`bench_mixes`, see task_mixes).
@@ -273,13 +275,7 @@ def _run_processes(cfg: BenchConfig, todo: list, running: list, env: dict, log) 
 def progress_line(cfg: BenchConfig, key: tuple) -> str | None:
     """Where a running run is, from its metrics so far: `bench: default/uniform/seed0 step 12 tokens
     14.2k/40k acc 0.51` (acc: its latest evaluation). None before its first row."""
-    f = run_dir(cfg, *key) / "metrics.jsonl"
-    rows = []
-    for line in f.read_text().splitlines() if f.exists() else []:
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:  # the line being written
-            continue
+    rows, _ = read_rows(run_dir(cfg, *key), live=True)  # the line being written is left out
     if not rows:
         return None
     accs = [r["eval_acc"] for r in rows if "eval_acc" in r]

@@ -48,6 +48,7 @@ from .evaluate import check_finite_weights, evaluate
 from .loggers import open_loggers
 from . import resume, rundir
 from .budget import Budget
+from .records import read_rows
 from .staleness import StalenessPolicy
 
 CKPT = "checkpoint.pt"
@@ -573,21 +574,8 @@ def _read_metrics(path: Path, upto: int) -> list[dict]:
     after the checkpoint (the rows still reach the checkpoint's step: the resumed run writes it again);
     if it was the checkpoint's own row, dropping it would lose it, so it is an error naming the line, as
     is any other line that is not JSON (the file is the run's record: never silently rewritten)."""
-    if not path.exists():
-        return []
-    lines = path.read_text().split("\n")
-    rows, cut = [], None
-    for i, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            if i == len(lines):  # no newline after it: a write cut short
-                cut = i
-                continue
-            raise ValueError(f"{path}: line {i} is not JSON; fix or remove it before resuming") from None
-    rows = [r for r in rows if isinstance(r, dict) and r.get("step", 0) <= upto]
+    rows, cut = read_rows(path)
+    rows = [r for r in rows if r.get("step", 0) <= upto]
     if cut is not None and upto and max((r.get("step", 0) for r in rows), default=0) < upto:
         raise ValueError(f"{path}: line {cut} is cut short and the rows stop before the checkpoint's step {upto}, "
                          "so it held a row the checkpoint covers; restore the file (or remove the line and accept "

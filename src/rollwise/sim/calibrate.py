@@ -23,12 +23,12 @@ population's luck. Everything is seeded.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from ..run.records import rows as metrics_rows
 from .bench import budget_rows, sim_config
 from .runner import Simulator
 
@@ -99,7 +99,7 @@ def aggregate(runs: list[dict]) -> dict:
 def real_targets(run_dirs: list[Path], proto: Protocol) -> dict:
     runs = []
     for d in run_dirs:
-        rows = [json.loads(x) for x in (Path(d) / "metrics.jsonl").read_text().splitlines() if x.strip()]
+        rows = metrics_rows(d)
         runs.append(figures(rows, proto))
     if len(runs) < 2:
         raise ValueError(f"calibration needs at least 2 real runs, got {len(runs)}")
