@@ -297,6 +297,8 @@ RANGES: dict[str, tuple] = {
     "learner.minibatches": (lambda v: v >= 1, ">= 1"),
     "learner.epochs": (lambda v: v >= 1, ">= 1"),
     "learner.micro_batch_rows": (lambda v: v >= 1, ">= 1"),
+    "learner.micro_batch_tokens": (lambda v: v >= 1, ">= 1 (or unset: micro-batches by rows)"),
+    "learner.precision": (lambda v: v in ("fp32", "bf16"), "fp32 or bf16"),
     "learner.kl_coef": (_finite_ge0, "a finite number >= 0"),
     "warmstart.steps": (lambda v: v >= 1, ">= 1"),
     "warmstart.batch_size": (lambda v: v >= 1, ">= 1"),
