@@ -161,3 +161,16 @@ def test_micro_batch_tokens_validation(tmp_path):
 
     with pytest.raises(ValueError, match=r"^learner.micro_batch_tokens must be >= 1"):
         load_config(None, {"out": str(tmp_path), "learner": {"micro_batch_tokens": 0}})
+
+
+# ---- on a GPU (skipped here: no GPU was available when this was written; scripts/gpu_check.sh runs them) --
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_bf16_and_checkpointing_learner_on_cuda():
+    batch = batch_of(llama_policy().to("cuda"))
+    for cfg in ({"precision": "fp32"}, {"precision": "bf16"}, {"precision": "bf16", "gradient_checkpointing": True},
+                {"precision": "bf16", "micro_batch_tokens": 64}):
+        pol = llama_policy().to("cuda")
+        stats = Learner(pol, LearnerConfig(**cfg), seed=0).update(batch)
+        assert stats["updated"] == 1 and all(v == v for v in stats.values()), cfg  # no NaN
+        assert all(p.dtype == torch.float32 and p.is_cuda for p in pol.model.parameters())
