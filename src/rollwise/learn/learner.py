@@ -20,6 +20,7 @@ import torch
 from ..core import registry
 from ..core.settings import setting
 from ..core.types import Batch
+from ..policy.lora import apply_lora
 from .advantages import batch_input
 from .corrections import CorrectionInput
 from .losses import KL_ESTIMATORS, AggTotals, LossInput, kl_penalty
@@ -40,6 +41,8 @@ class LearnerConfig:
                                                    "response); a longer row goes alone (None: by rows)")
     precision: str = setting("fp32", "fp32, or bf16: autocast forward passes over float32 weights, optimizer "
                                      "state and log-prob/loss arithmetic (docs/gpu.md)")
+    lora: dict = setting(help="LoRA through peft, adapter-only training of a Hugging Face model: {r: 16, alpha: 32, "
+                              "dropout: 0.0, target_modules: all-linear} (empty: full fine-tuning)", factory=dict)
     gradient_checkpointing: bool = setting(False, "recompute activations in the backward pass (Hugging Face "
                                                   "models): less memory, ~1/3 more learner compute")
     advantage: str = setting("grpo", "advantage estimator (`rollwise list`), e.g. grpo, rloo, mc-grpo")
@@ -77,10 +80,12 @@ class Learner:
         dev = getattr(policy, "device", "cpu")  # a policy without one (a test double) is on the CPU
         check_precision(cfg.precision, dev)
         self.autocast = lambda: autocast(cfg.precision, dev)  # around forward passes only (learn/precision.py)
+        if cfg.lora:
+            apply_lora(policy, cfg.lora)  # wraps policy.model in place (policy/lora.py)
         if cfg.gradient_checkpointing:
             enable_checkpointing(policy)
-        self.opt = torch.optim.AdamW(policy.model.parameters(), lr=cfg.lr, betas=cfg.betas,
-                                     weight_decay=cfg.weight_decay)
+        trained = [p for p in policy.model.parameters() if p.requires_grad]  # all, or LoRA's adapters
+        self.opt = torch.optim.AdamW(trained, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
         self.gen = torch.Generator(device="cpu").manual_seed(seed)  # minibatch shuffling (on the CPU, any device)
         self.loss = registry.get("loss", cfg.loss).obj
         self.agg = registry.get("aggregation", cfg.loss_agg).obj

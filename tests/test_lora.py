@@ -1,0 +1,98 @@
+"""LoRA through peft (learner.lora, policy/lora.py) on a small Llama on the CPU: adapter-only training, the
+engine sampling from base + adapter, resume, and export of the merged model or the adapter."""
+import json
+
+import pytest
+import torch
+
+from rollwise.generate.torch_engine import TorchEngine
+from rollwise.learn.learner import Learner, LearnerConfig
+from rollwise.policy.policy import Policy
+from rollwise.run.config import load_config
+from rollwise.run.loop import Trainer
+
+from conftest import SMALL
+from test_engine_policy import hf_checkpoint, tiny_policy
+from test_learner_gpu_options import PROMPTS, batch_of, llama_policy
+
+pytest.importorskip("peft")
+
+LORA = {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj", "down_proj"]}
+
+
+def test_adapter_only_training_and_engine_logprobs_equal_the_learners():
+    pol = llama_policy()
+    base = {k: v.clone() for k, v in pol.model.state_dict().items()}
+    learner = Learner(pol, LearnerConfig(lora=LORA, lr=1e-2), seed=0)
+    trained = {n for n, p in pol.model.named_parameters() if p.requires_grad}
+    assert trained and all("lora_" in n for n in trained)
+    assert sum(len(g["params"]) for g in learner.opt.param_groups) == len(trained)  # AdamW sees the adapters only
+    assert learner.update(batch_of(pol))["updated"] == 1
+    state = pol.model.get_base_model().state_dict()
+    for k, v in base.items():  # the base weights did not move (peft names them base_layer.weight)
+        w = state.get(k, state.get(k.replace(".weight", ".base_layer.weight")))
+        assert torch.equal(v, w), k
+    assert any(float(p.detach().abs().max()) > 0 for n, p in pol.model.named_parameters() if "lora_B" in n)  # adapter moved
+    # the engine samples from base + adapter: its log-probs are the learner's (same module, one in memory)
+    rs = batch_of(pol).rollouts
+    logp, _, mask = pol.response_logprobs([r.prompt_ids for r in rs], [r.token_ids_T.tolist() for r in rs])
+    for i, r in enumerate(rs):
+        assert torch.allclose(r.logprobs_T, logp[i, : r.num_tokens].detach(), atol=1e-5), i
+    plain = llama_policy()  # and they are not the base model's
+    lp0, _, _ = plain.response_logprobs([r.prompt_ids for r in rs], [r.token_ids_T.tolist() for r in rs])
+    assert float(((lp0 - logp).abs() * mask).max()) > 1e-3
+
+
+def test_lora_on_the_tiny_model_and_bad_options_are_one_line_errors(tmp_path):
+    with pytest.raises(ValueError) as e:
+        Learner(tiny_policy(), LearnerConfig(lora={"r": 4}))
+    assert str(e.value).startswith("learner.lora: the tiny model does not support LoRA") and "\n" not in str(e.value)
+    for bad, msg in (({"rank": 4}, r"^learner.lora: unknown key 'rank'; expected r, alpha, dropout, target_modules$"),
+                     ({"r": 0}, r"^learner.lora.r must be >= 1, got 0$"),
+                     ({"r": "4"}, r"^learner.lora.r: got '4' of the wrong type$")):
+        with pytest.raises(ValueError, match=msg):
+            load_config(None, {"out": str(tmp_path), "learner": {"lora": bad}})
+
+
+def run_cfg(tmp_path, out, steps):
+    return load_config(None, {**SMALL, "model": str(tmp_path / "hf"), "out": str(out), "steps": steps,
+                              "eval_every": 0, "batch_size": 4,
+                              "reward": "rewards_for_tests:by_length",  # varies within a group: every step learns
+                              "learner": {"lora": LORA, "precision": "bf16", "gradient_checkpointing": True,
+                                          "micro_batch_tokens": 64}})
+
+
+def read(path):
+    return [{k: v for k, v in json.loads(x).items() if not k.endswith("_s")} for x in open(path).read().splitlines()]
+
+
+def test_lora_bf16_checkpointed_run_resumes_exactly_and_exports(tmp_path):
+    hf_checkpoint(tmp_path)
+    full = Trainer(run_cfg(tmp_path, tmp_path / "full", 3))
+    full.run()
+    Trainer(run_cfg(tmp_path, tmp_path / "cut", 2)).run()  # stops after step 2 (a checkpoint every step) ...
+    Trainer(run_cfg(tmp_path, tmp_path / "cut", 3)).run()  # ... and continues from its checkpoint
+    a, b = read(tmp_path / "full" / "metrics.jsonl"), read(tmp_path / "cut" / "metrics.jsonl")
+    assert len(a) == 3 and a == b and all(r.get("learn_rows", 0) > 0 for r in a), a
+    ck = torch.load(tmp_path / "cut" / "checkpoint.pt", weights_only=True)
+    assert any("lora_A" in k for k in ck["model"])  # the checkpoint holds the adapter (and the frozen base)
+
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from rollwise.cli import main
+
+    assert main(["export", "--model", str(tmp_path / "cut"), "--out", str(tmp_path / "merged")]) == 0
+    assert main(["export", "--model", str(tmp_path / "cut"), "--out", str(tmp_path / "adapter"), "--adapter"]) == 0
+    ids = torch.tensor([[5, 6, 7, 8, 9]])
+    with torch.no_grad():
+        want = full.policy.model(input_ids=ids).logits
+        merged = AutoModelForCausalLM.from_pretrained(tmp_path / "merged", local_files_only=True).eval()
+        assert torch.allclose(merged(input_ids=ids).logits, want, atol=1e-5)
+        base = AutoModelForCausalLM.from_pretrained(tmp_path / "hf", local_files_only=True)
+        adapted = PeftModel.from_pretrained(base, tmp_path / "adapter").eval()
+        assert torch.allclose(adapted(input_ids=ids).logits, want, atol=1e-5)
+    assert Policy.load(tmp_path / "merged").kind == "hf"
+    with pytest.raises(ValueError, match=r"--adapter: .* holds no LoRA adapter"):
+        from rollwise.policy.export import export_checkpoint
+        export_checkpoint(tmp_path / "hf", tmp_path / "x", adapter=True)
