@@ -96,3 +96,25 @@ def test_lora_bf16_checkpointed_run_resumes_exactly_and_exports(tmp_path):
     with pytest.raises(ValueError, match=r"--adapter: .* holds no LoRA adapter"):
         from rollwise.policy.export import export_checkpoint
         export_checkpoint(tmp_path / "hf", tmp_path / "x", adapter=True)
+
+
+def test_sampling_weights_are_the_merged_model_under_base_names():
+    from rollwise.policy.lora import merged_model, sampling_weights
+
+    pol = llama_policy()
+    plain = sampling_weights(pol)
+    assert plain.keys() == dict(pol.model.named_parameters()).keys()
+    Learner(pol, LearnerConfig(lora=LORA, lr=1e-2), seed=0).update(batch_of(pol))
+    got, want = sampling_weights(pol), dict(merged_model(pol.model).named_parameters())
+    assert got.keys() == want.keys() == plain.keys()  # what vLLM loads by name
+    for k in want:
+        assert torch.allclose(got[k], want[k], atol=1e-6), k
+    assert any(not torch.equal(got[k], plain[k]) for k in want)  # the adapter is in them
+
+
+def test_lora_with_async_mode_is_one_line_error(tmp_path):
+    from rollwise.run.async_loop import check_async
+
+    cfg = load_config(None, {"out": str(tmp_path), "mode": "async", "learner": {"lora": {"r": 4}}})
+    with pytest.raises(ValueError, match=r"^learner.lora: not supported with mode async yet"):
+        check_async(cfg)

@@ -9,8 +9,11 @@ only the adapters reach AdamW. How each consumer sees it:
   (merge/unmerge rounds the frozen base every step), and a merged copy would double the weight memory; the
   cost is the adapter's extra matmuls, 2 r (d_in + d_out) FLOPs per adapted layer and token, a few percent
   at r = 16 on a 0.5B model.
-- an engine that receives weights (vLLM's `update_weights(version, state_dict)`) must get merged weights
-  with the base model's names: `merged_model(model).state_dict()`; not wired: vLLM is untested here.
+- vLLM holds its own copy of the base weights: at each update it gets the merged weights under the base
+  model's names (`sampling_weights`, W + the adapter's delta per adapted layer, computed without copying the
+  model), through `weight_sync: reload`. Untested: vLLM was not run with LoRA (no GPU; its CPU build is
+  slow to start). vLLM's own LoRA support (adapters loaded per request) would send only the adapter but
+  needs `enable_lora` and per-request LoRARequests through the engine; left for when a GPU measures it.
 - checkpoints (run/loop.py) hold the peft model's state_dict: the frozen base and the adapter, so a resume
   continues exactly; `Policy.save` writes the merged model (a plain checkpoint every reader loads) and the
   adapter beside it in `adapter/` (peft's format), which `rollwise export --adapter` writes out.
@@ -61,3 +64,22 @@ def is_lora(model) -> bool:
 def merged_model(model):
     """A copy of the base model with the adapter merged in (the peft model is left as it is)."""
     return copy.deepcopy(model).merge_and_unload()
+
+
+def sampling_weights(policy) -> dict:
+    """The weights an engine with its own copy samples from, by the base model's parameter names: the
+    policy's parameters, with each adapted layer's weight merged (base + the adapter's delta)."""
+    if not is_lora(policy.model):
+        return dict(policy.model.named_parameters())
+    from peft.tuners.lora import LoraLayer
+
+    base = policy.model.get_base_model()
+    deltas = {f"{name}.weight": mod.get_delta_weight(mod.active_adapters[0])
+              for name, mod in base.named_modules() if isinstance(mod, LoraLayer)}
+    out = {}
+    for name, p in base.named_parameters():
+        if "lora_" in name:
+            continue
+        name = name.replace(".base_layer.", ".")
+        out[name] = p.detach() + deltas[name].detach() if name in deltas else p.detach()
+    return out
