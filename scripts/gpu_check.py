@@ -236,7 +236,8 @@ def main(argv=None) -> int:
         model_bench(res, "cpu", LLAMA_CPU, rows=8, new_tokens=8, label="small llama cpu")
     else:
         run_cmd(res, "cuda tests", [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
-                                    "tests/test_device.py", "tests/test_learner_gpu_options.py", "-k", "cuda"],
+                                    "tests/test_device.py", "tests/test_learner_gpu_options.py", "tests/test_lora.py",
+                                    "-k", "cuda"],
                 80, out)
         for precision in ("fp32", "bf16"):
             train_run(res, out, precision, steps=2 if args.quick else 4)

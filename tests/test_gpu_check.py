@@ -29,3 +29,22 @@ def test_gpu_check_on_cpu(tmp_path):
     p = subprocess.run(["bash", "scripts/gpu_check.sh", "--quick", "--out", str(out)], cwd=ROOT,
                        env={**os.environ, "PYTHON": sys.executable}, capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and p.stderr.strip().endswith("exists and is not empty (results are never overwritten)")
+
+
+def test_gpu_fit_formula():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_fit", ROOT / "scripts" / "gpu_fit.py")
+    fit = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fit)
+    # parameter counts from the shapes: Llama-3.1-8B's published 8,030,261,248 exactly; Qwen2.5-0.5B's
+    # 494,032,768 within its q/k/v biases (0.03%), which the formula leaves out
+    assert fit.estimate(fit.MODELS["Llama-3.1-8B"], 4096, 16)["params"] == 8_030_261_248
+    assert abs(fit.estimate(fit.MODELS["Qwen2.5-0.5B"], 4096, 16)["params"] / 494_032_768 - 1) < 5e-4
+    # a hand-sized case: L=1, d=4, f=8, V=10, 2 heads, 1 kv head, untied; T=2 tokens, r=1
+    e = fit.estimate((1, 4, 8, 10, 2, 1, False), 2, 1)
+    n = 2 * 10 * 4 + (4 * 4 + 4 * 2 + 4 * 2 + 4 * 4 + 3 * 4 * 8 + 2 * 4) + 4  # embeddings+head, block, final norm
+    assert e["params"] == n
+    assert e["lora"] == 16 * (8 + 6 + 6 + 8 + 12 + 12 + 12)
+    assert e["total"] == 4 * n + e["lora"] + 4 * 1 * 2 * 4 + 2 * (24 * 4 + 8 * 8) + 18 * 2 * 10
+    assert e["kv_per_token"] == 2 * 1 * 2 * 4

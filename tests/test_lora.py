@@ -118,3 +118,14 @@ def test_lora_with_async_mode_is_one_line_error(tmp_path):
     cfg = load_config(None, {"out": str(tmp_path), "mode": "async", "learner": {"lora": {"r": 4}}})
     with pytest.raises(ValueError, match=r"^learner.lora: not supported with mode async yet"):
         check_async(cfg)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_lora_bf16_checkpointed_update_on_cuda_and_engine_logprobs():
+    pol = llama_policy().to("cuda")
+    cfg = LearnerConfig(lora=LORA, precision="bf16", gradient_checkpointing=True, lr=1e-2)
+    assert Learner(pol, cfg, seed=0).update(batch_of(pol))["updated"] == 1
+    rs = batch_of(pol).rollouts
+    logp, _, _ = pol.response_logprobs([r.prompt_ids for r in rs], [r.token_ids_T.tolist() for r in rs])
+    for i, r in enumerate(rs):  # float32 sampling and scoring of the same module (TF32 off by default)
+        assert torch.allclose(r.logprobs_T, logp[i, : r.num_tokens].detach().cpu(), atol=1e-4), i
