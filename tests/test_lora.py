@@ -1,6 +1,12 @@
 """LoRA through peft (learner.lora, policy/lora.py) on a small Llama on the CPU: adapter-only training, the
 engine sampling from base + adapter, resume, and export of the merged model or the adapter."""
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -9,13 +15,14 @@ from rollwise.generate.torch_engine import TorchEngine
 from rollwise.learn.learner import Learner, LearnerConfig
 from rollwise.policy.policy import Policy
 from rollwise.run.config import load_config
-from rollwise.run.loop import Trainer
 
 from conftest import SMALL
 from test_engine_policy import hf_checkpoint, tiny_policy
 from test_learner_gpu_options import PROMPTS, batch_of, llama_policy
 
 pytest.importorskip("peft")
+
+ROOT = Path(__file__).resolve().parent.parent
 
 LORA = {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj", "down_proj"]}
 
@@ -54,39 +61,59 @@ def test_lora_on_the_tiny_model_and_bad_options_are_one_line_errors(tmp_path):
             load_config(None, {"out": str(tmp_path), "learner": {"lora": bad}})
 
 
-def run_cfg(tmp_path, out, steps):
-    return load_config(None, {**SMALL, "model": str(tmp_path / "hf"), "out": str(out), "steps": steps,
-                              "eval_every": 0, "batch_size": 4,
-                              "reward": "rewards_for_tests:by_length",  # varies within a group: every step learns
-                              "learner": {"lora": LORA, "precision": "bf16", "gradient_checkpointing": True,
-                                          "micro_batch_tokens": 64}})
-
-
 def read(path):
     return [{k: v for k, v in json.loads(x).items() if not k.endswith("_s")} for x in open(path).read().splitlines()]
 
 
-def test_lora_bf16_checkpointed_run_resumes_exactly_and_exports(tmp_path):
+def test_lora_bf16_checkpointed_run_resumes_exactly_after_a_kill_and_exports(tmp_path):
+    """SIGKILL a real `rollwise train` of a small Llama (LoRA + bf16 + gradient checkpointing + token-budget
+    micro-batches) after step 2, rerun the same command: the metrics and the trained weights equal an
+    uninterrupted run's. Then both exports load and give the trained policy's logits."""
     hf_checkpoint(tmp_path)
-    full = Trainer(run_cfg(tmp_path, tmp_path / "full", 3))
-    full.run()
-    Trainer(run_cfg(tmp_path, tmp_path / "cut", 2)).run()  # stops after step 2 (a checkpoint every step) ...
-    Trainer(run_cfg(tmp_path, tmp_path / "cut", 3)).run()  # ... and continues from its checkpoint
-    a, b = read(tmp_path / "full" / "metrics.jsonl"), read(tmp_path / "cut" / "metrics.jsonl")
-    assert len(a) == 3 and a == b and all(r.get("learn_rows", 0) > 0 for r in a), a
-    ck = torch.load(tmp_path / "cut" / "checkpoint.pt", weights_only=True)
+    learner = {"lora": LORA, "precision": "bf16", "gradient_checkpointing": True, "micro_batch_tokens": 64}
+    args = [sys.executable, "-m", "rollwise.cli", "train", "--model", str(tmp_path / "hf"), "--steps", "4",
+            "--reward", "rewards_for_tests:by_length",  # varies within a group: every step learns
+            "--set", "eval_every=0", "--set", "batch_size=4", "--set", f"learner={json.dumps(learner)}"]
+    for k, v in SMALL.items():
+        if k not in ("eval_every", "batch_size"):
+            args += ["--set", f"{k}={json.dumps(v)}"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests")])}
+    subprocess.run(args + ["--out", str(tmp_path / "full")], env=env, check=True, capture_output=True)
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen(args + ["--out", str(killed)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        m = killed / "metrics.jsonl"
+        if m.exists() and sum(1 for _ in open(m)) >= 2:
+            break
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    done_before = len(read(killed / "metrics.jsonl"))
+    res = subprocess.run(args + ["--out", str(killed)], env=env, check=True, capture_output=True, text=True)
+    if done_before < 4:  # the kill landed before the end (almost always)
+        assert "resuming" in res.stdout
+    a, b = read(tmp_path / "full" / "metrics.jsonl"), read(killed / "metrics.jsonl")
+    assert len(a) == 4 and a == b and all(r.get("learn_rows", 0) > 0 for r in a)
+    ck = torch.load(killed / "checkpoint.pt", weights_only=True)
     assert any("lora_A" in k for k in ck["model"])  # the checkpoint holds the adapter (and the frozen base)
+    full_ck = torch.load(tmp_path / "full" / "checkpoint.pt", weights_only=True)
+    assert all(torch.equal(full_ck["model"][k], v) for k, v in ck["model"].items())
 
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
     from rollwise.cli import main
+    from rollwise.policy.export import export_checkpoint
 
-    assert main(["export", "--model", str(tmp_path / "cut"), "--out", str(tmp_path / "merged")]) == 0
-    assert main(["export", "--model", str(tmp_path / "cut"), "--out", str(tmp_path / "adapter"), "--adapter"]) == 0
+    assert main(["export", "--model", str(killed), "--out", str(tmp_path / "merged")]) == 0
+    assert main(["export", "--model", str(killed), "--out", str(tmp_path / "adapter"), "--adapter"]) == 0
+    trained = Policy.load(tmp_path / "hf")
+    Learner(trained, LearnerConfig(lora=LORA))  # the same peft wrapping, then the checkpoint's weights
+    trained.model.load_state_dict(ck["model"])
     ids = torch.tensor([[5, 6, 7, 8, 9]])
     with torch.no_grad():
-        want = full.policy.model(input_ids=ids).logits
+        want = trained.model.eval()(input_ids=ids).logits
         merged = AutoModelForCausalLM.from_pretrained(tmp_path / "merged", local_files_only=True).eval()
         assert torch.allclose(merged(input_ids=ids).logits, want, atol=1e-5)
         base = AutoModelForCausalLM.from_pretrained(tmp_path / "hf", local_files_only=True)
@@ -94,7 +121,6 @@ def test_lora_bf16_checkpointed_run_resumes_exactly_and_exports(tmp_path):
         assert torch.allclose(adapted(input_ids=ids).logits, want, atol=1e-5)
     assert Policy.load(tmp_path / "merged").kind == "hf"
     with pytest.raises(ValueError, match=r"--adapter: .* holds no LoRA adapter"):
-        from rollwise.policy.export import export_checkpoint
         export_checkpoint(tmp_path / "hf", tmp_path / "x", adapter=True)
 
 
