@@ -12,6 +12,8 @@ Bytes, for N parameters, L layers, width d, MLP width f, vocabulary V, T tokens 
                                 MLP gate/up/act/product), an estimate
   logits       18 T V           bf16 logits, their float32 copy, log_softmax, its gradient and the entropy's
                                 exp (Policy.response_logprobs), the peak of the loss's last step
+  guard        4 N + 12 P       run/loop.py's FiniteGuard copies the model's state (the frozen base too) and
+                                AdamW's before every update, on the device, to undo a non-finite one
 Sampling (the torch engine, between updates) adds its KV cache: 2 L h_kv d_head x 4 bytes (float32) per
 token of every row in flight. A KL reference policy (kl_coef > 0) adds another 4 N. Full fine-tuning
 instead of LoRA: 16 N for weights, gradients and AdamW's moments. A model fits when the learner's total is
@@ -42,19 +44,19 @@ def estimate(shape, tokens: int, rank: int) -> dict:
     n = V * d * (1 if tied else 2) + L * (sum(i * o for i, o in linears) + 2 * d) + d
     lora = rank * L * sum(i + o for i, o in linears)
     parts = {"weights": 4 * n, "lora": 16 * lora, "checkpoints": 4 * L * tokens * d,
-             "layer": tokens * (24 * d + 8 * f), "logits": 18 * tokens * V}
+             "layer": tokens * (24 * d + 8 * f), "logits": 18 * tokens * V, "guard": 4 * n + 12 * lora}
     return {"params": n, "total": sum(parts.values()), "kv_per_token": 2 * L * dkv * 4, **parts}
 
 
 def table(tokens: int, rank: int) -> str:
-    head = ("| model | params | weights (fp32) | LoRA r=%d state | activations (T=%d) | logits | learner total |"
-            " KV cache per 1k tokens | fits 80 GB | fits 141 GB |" % (rank, tokens))
-    lines = [head, "|" + "---|" * 10]
+    head = ("| model | params | weights (fp32) | LoRA r=%d state | activations (T=%d) | logits | guard copy |"
+            " learner total | KV cache per 1k tokens | fits 80 GB | fits 141 GB |" % (rank, tokens))
+    lines = [head, "|" + "---|" * 11]
     for name, shape in MODELS.items():
         e = estimate(shape, tokens, rank)
         fits = ["yes" if e["total"] < 0.9 * cap else "no" for cap in GPUS.values()]
         lines.append(f"| {name} | {e['params'] / 1e9:.2f} B | {e['weights'] / 1e9:.1f} GB | {e['lora'] / 1e9:.2f} GB | "
-                     f"{(e['checkpoints'] + e['layer']) / 1e9:.1f} GB | {e['logits'] / 1e9:.1f} GB | "
+                     f"{(e['checkpoints'] + e['layer']) / 1e9:.1f} GB | {e['logits'] / 1e9:.1f} GB | {e['guard'] / 1e9:.1f} GB | "
                      f"{e['total'] / 1e9:.1f} GB | {e['kv_per_token'] * 1000 / 1e9:.2f} GB | {fits[0]} | {fits[1]} |")
     return "\n".join(lines)
 
