@@ -125,13 +125,15 @@ def test_lora_bf16_checkpointed_run_resumes_exactly_after_a_kill_and_exports(tmp
 
 
 def test_sampling_weights_are_the_merged_model_under_base_names():
-    from rollwise.policy.lora import merged_model, sampling_weights
+    import copy
+
+    from rollwise.policy.lora import sampling_weights
 
     pol = llama_policy()
     plain = sampling_weights(pol)
     assert plain.keys() == dict(pol.model.named_parameters()).keys()
     Learner(pol, LearnerConfig(lora=LORA, lr=1e-2), seed=0).update(batch_of(pol))
-    got, want = sampling_weights(pol), dict(merged_model(pol.model).named_parameters())
+    got, want = sampling_weights(pol), dict(copy.deepcopy(pol.model).merge_and_unload().named_parameters())
     assert got.keys() == want.keys() == plain.keys()  # what vLLM loads by name
     for k in want:
         assert torch.allclose(got[k], want[k], atol=1e-6), k

@@ -15,12 +15,11 @@ only the adapters reach AdamW. How each consumer sees it:
   slow to start). vLLM's own LoRA support (adapters loaded per request) would send only the adapter but
   needs `enable_lora` and per-request LoRARequests through the engine; left for when a GPU measures it.
 - checkpoints (run/loop.py) hold the peft model's state_dict: the frozen base and the adapter, so a resume
-  continues exactly; `Policy.save` writes the merged model (a plain checkpoint every reader loads) and the
-  adapter beside it in `adapter/` (peft's format), which `rollwise export --adapter` writes out.
+  continues exactly; `Policy.save` writes the merged model (`sampling_weights`: a plain checkpoint every
+  reader loads) and the adapter beside it in `adapter/` (peft's format), which `rollwise export --adapter`
+  writes out.
 """
 from __future__ import annotations
-
-import copy
 
 LORA_KEYS = {"r": int, "alpha": (int, float), "dropout": (int, float), "target_modules": (list, str)}
 DEFAULTS = {"r": 16, "alpha": 32, "dropout": 0.0, "target_modules": "all-linear"}
@@ -59,11 +58,6 @@ def apply_lora(policy, options: dict) -> None:
 
 def is_lora(model) -> bool:
     return hasattr(model, "peft_config") and hasattr(model, "merge_and_unload")
-
-
-def merged_model(model):
-    """A copy of the base model with the adapter merged in (the peft model is left as it is)."""
-    return copy.deepcopy(model).merge_and_unload()
 
 
 def sampling_weights(policy) -> dict:

@@ -349,11 +349,8 @@ def check_fields(cfg: Config) -> None:
     if ws.n_embd % ws.n_head:
         raise ValueError(f"warmstart.n_embd must be a multiple of warmstart.n_head ({ws.n_head}), got {ws.n_embd}")
     from ..learn.losses import KL_ESTIMATORS
-
     from ..policy.lora import check_lora
 
-    if not isinstance(cfg.learner.lora, dict):
-        raise ValueError(f"learner.lora must be a mapping (r, alpha, dropout, target_modules), got {cfg.learner.lora!r}")
     check_lora(cfg.learner.lora)
     if cfg.learner.kl_estimator not in KL_ESTIMATORS:
         raise ValueError(f"learner.kl_estimator must be one of {', '.join(KL_ESTIMATORS)}, "
