@@ -3,13 +3,14 @@
 On a machine with one CUDA GPU (no network needed; nothing is downloaded), in this order, each result
 appended to OUT/results.jsonl the moment it is measured (a kill keeps what was done):
   1. the CUDA tests (tests that skip without CUDA, `-k cuda`);
-  2. `rollwise train --device cuda` on task 1 (the embedded arithmetic task), fp32 and bf16;
+  2. `rollwise train --device cuda` on task 1 (the embedded arithmetic task), fp32 and bf16 (--quick: bf16);
   3. a randomly initialised ~0.5B Llama (Qwen2.5-0.5B's shape; no weights): the torch engine's decoded
      tokens/s beside the memory-bandwidth bound for decode (rows x measured copy bandwidth / weight bytes:
      every decode step reads every weight once), the learner's trained tokens/s (fp32 and bf16), and the
      measured prefill/decode/train cost ratios per token, beside gpu-h100-v1's published ratios (Bench
      3.0's profile, which stays the one its goal is read under; these are only recorded beside it).
-Then one table (also OUT/table.txt). Without CUDA it says so, runs step 3 on a small Llama on the CPU
+Then one table (also OUT/table.txt). A time budget (230 s; --quick 110 s, before the model benchmark's
+last minute) caps each command's timeout. Without CUDA it says so, runs step 3 on a small Llama on the CPU
 (the same code path, so CI keeps it working) and exits 0.
 
     bash scripts/gpu_check.sh [--quick] [--out DIR]     # DIR default: benchmarks/results/gpu/<UTC time>
@@ -198,16 +199,16 @@ def run_cmd(res: Results, check: str, cmd: list[str], timeout: int, out: Path) -
     return p
 
 
-def train_run(res: Results, out: Path, precision: str, steps: int) -> None:
+def train_run(res: Results, out: Path, precision: str, steps: int, timeout: int) -> None:
     run_dir = out / f"train-task1-{precision}"
     p = run_cmd(res, f"train task1 cuda {precision}",
                 [sys.executable, "-m", "rollwise.cli", "train", "--device", "cuda", "--steps", str(steps),
-                 "--out", str(run_dir), "--set", f"learner.precision={precision}"], 60, out)
+                 "--out", str(run_dir), "--set", f"learner.precision={precision}"], timeout, out)
     metrics = run_dir / "metrics.jsonl"
     if p is not None and p.returncode == 0 and metrics.exists():
         last = json.loads(metrics.read_text().splitlines()[-1])
         res.add(f"train task1 cuda {precision}: last step", last.get("wall_s", float("nan")), "s",
-                f"loss {last.get('loss')}, reward {last.get('reward_mean')}")
+                f"loss {last.get('loss')}, reward {last.get('reward_mean')}, held-out {last.get('eval_acc')}")
 
 
 def main(argv=None) -> int:
@@ -235,12 +236,16 @@ def main(argv=None) -> int:
               flush=True)
         model_bench(res, "cpu", LLAMA_CPU, rows=8, new_tokens=8, label="small llama cpu")
     else:
+        # a time budget (under 4 minutes; --quick under 2): each command's timeout leaves the model benchmark
+        # (in this process, ~1 minute) its share; a command that runs out is recorded as a timeout
+        deadline = started + (110 if args.quick else 230)
+        left = lambda nominal: max(5, min(nominal, int(deadline - time.perf_counter() - 50)))  # noqa: E731
         run_cmd(res, "cuda tests", [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
                                     "tests/test_device.py", "tests/test_learner_gpu_options.py", "tests/test_lora.py",
                                     "-k", "cuda"],
-                80, out)
-        for precision in ("fp32", "bf16"):
-            train_run(res, out, precision, steps=2 if args.quick else 4)
+                left(40 if args.quick else 70), out)
+        for precision in (("bf16",) if args.quick else ("fp32", "bf16")):
+            train_run(res, out, precision, steps=2 if args.quick else 4, timeout=left(50))
         rows, new = (32, 64) if args.quick else (64, 128)
         try:
             model_bench(res, "cuda", LLAMA_05B, rows=rows, new_tokens=new, label="llama 0.5B cuda")

@@ -11,14 +11,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from rollwise.generate.torch_engine import TorchEngine
 from rollwise.learn.learner import Learner, LearnerConfig
 from rollwise.policy.policy import Policy
 from rollwise.run.config import load_config
 
 from conftest import SMALL
 from test_engine_policy import hf_checkpoint, tiny_policy
-from test_learner_gpu_options import PROMPTS, batch_of, llama_policy
+from test_learner_gpu_options import batch_of, llama_policy
 
 pytest.importorskip("peft")
 
