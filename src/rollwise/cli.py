@@ -174,8 +174,9 @@ def cmd_export(args) -> int:
     """Write a checkpoint (or a run's latest policy) as a Hugging Face checkpoint directory."""
     from .policy.export import export_checkpoint
 
-    out = export_checkpoint(args.model, args.out)
-    print(f"exported {args.model} -> {out} (loads with AutoModelForCausalLM.from_pretrained)")
+    out = export_checkpoint(args.model, args.out, adapter=args.adapter)
+    how = "peft.PeftModel.from_pretrained(base, DIR)" if args.adapter else "AutoModelForCausalLM.from_pretrained"
+    print(f"exported {args.model} -> {out} (loads with {how})")
     return 0
 
 
@@ -241,6 +242,8 @@ def main(argv=None) -> int:
                                       "checkpoint (AutoModelForCausalLM.from_pretrained loads it)")
     px.add_argument("--model", required=True, help="a checkpoint directory, or a run directory (uses DIR/model)")
     px.add_argument("--out", required=True, help="a new (or empty) directory")
+    px.add_argument("--adapter", action="store_true", help="a LoRA run: write its adapter (peft format), not the "
+                                                             "merged model")
     pl = sub.add_parser("list", help="every registered component, by kind, with provenance")
     pl.add_argument("--options", metavar="NAME", help="one component's options (types, defaults) and its paper")
     pl.add_argument("--kind", help="with --options: the kind, where a name has several (e.g. gpg: advantage, loss)")

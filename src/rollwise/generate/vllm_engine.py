@@ -174,7 +174,9 @@ class VLLMRuntime:
         if self.weight_sync == "reload":
             from safetensors.torch import save
 
-            state = state_dict if state_dict is not None else dict(self.policy.model.named_parameters())
+            from ..policy.lora import sampling_weights  # LoRA: base + adapter, merged (policy/lora.py)
+
+            state = state_dict if state_dict is not None else sampling_weights(self.policy)
             seen, tensors = set(), {}
             for k, v in state.items():  # tied weights (embeddings = LM head) once: vLLM ties them itself
                 if v.data_ptr() not in seen:

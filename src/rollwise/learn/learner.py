@@ -20,9 +20,11 @@ import torch
 from ..core import registry
 from ..core.settings import setting
 from ..core.types import Batch
+from ..policy.lora import apply_lora
 from .advantages import batch_input
 from .corrections import CorrectionInput
 from .losses import KL_ESTIMATORS, AggTotals, LossInput, kl_penalty
+from .precision import autocast, check_precision
 
 
 @dataclass
@@ -34,6 +36,15 @@ class LearnerConfig:
     minibatches: int = setting(2, "optimizer steps per rollout batch")
     epochs: int = setting(1, "passes over the rollout batch")
     micro_batch_rows: int = setting(128, "rows per forward/backward (memory only; results do not change)")
+    micro_batch_tokens: int | None = setting(None, "instead of micro_batch_rows: at most this many tokens per "
+                                                   "forward/backward, counted padded (rows x longest prompt + "
+                                                   "response); a longer row goes alone (None: by rows)")
+    precision: str = setting("fp32", "fp32, or bf16: autocast forward passes over float32 weights, optimizer "
+                                     "state and log-prob/loss arithmetic (docs/gpu.md)")
+    lora: dict = setting(help="LoRA through peft, adapter-only training of a Hugging Face model: {r: 16, alpha: 32, "
+                              "dropout: 0.0, target_modules: all-linear} (empty: full fine-tuning)", factory=dict)
+    gradient_checkpointing: bool = setting(False, "recompute activations in the backward pass (Hugging Face "
+                                                  "models): less memory, ~1/3 more learner compute")
     advantage: str = setting("grpo", "advantage estimator (`rollwise list`), e.g. grpo, rloo, mc-grpo")
     advantage_options: dict = setting(help="the estimator's options; \"tracker\": options of the estimator's "
                                            "tracker (state kept across batches, e.g. MSSR's)", factory=dict)
@@ -66,8 +77,15 @@ class Learner:
             raise ValueError("kl_coef > 0 needs a reference policy")
         if cfg.kl_estimator not in KL_ESTIMATORS:
             raise ValueError(f"unknown kl_estimator {cfg.kl_estimator!r}; expected one of {', '.join(KL_ESTIMATORS)}")
-        self.opt = torch.optim.AdamW(policy.model.parameters(), lr=cfg.lr, betas=cfg.betas,
-                                     weight_decay=cfg.weight_decay)
+        dev = getattr(policy, "device", "cpu")  # a policy without one (a test double) is on the CPU
+        check_precision(cfg.precision, dev)
+        self.autocast = lambda: autocast(cfg.precision, dev)  # around forward passes only (learn/precision.py)
+        if cfg.lora:
+            apply_lora(policy, cfg.lora)  # wraps policy.model in place (policy/lora.py)
+        if cfg.gradient_checkpointing:
+            enable_checkpointing(policy)
+        trained = [p for p in policy.model.parameters() if p.requires_grad]  # all, or LoRA's adapters
+        self.opt = torch.optim.AdamW(trained, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
         self.gen = torch.Generator(device="cpu").manual_seed(seed)  # minibatch shuffling (on the CPU, any device)
         self.loss = registry.get("loss", cfg.loss).obj
         self.agg = registry.get("aggregation", cfg.loss_agg).obj
@@ -148,7 +166,8 @@ class Learner:
             for mb in order.chunk(min(cfg.minibatches, rows.numel())):
                 totals = AggTotals(tokens=int(mask_NT[rows[mb]].sum()), seqs=int(mb.numel()))
                 self.opt.zero_grad(set_to_none=True)
-                for micro in mb.split(cfg.micro_batch_rows):
+                for part in self._micro_batches(rows[mb].tolist(), prompts, responses):
+                    micro = mb[part]
                     idx = rows[micro]
                     logp, ent = self._logp(prompts, responses, idx, with_grad=True)
                     T = logp.shape[1]
@@ -186,16 +205,23 @@ class Learner:
         policy = policy or self.policy
         idx = idx.tolist()
         if with_grad:
-            lp, ent, _ = policy.response_logprobs([prompts[i] for i in idx], [responses[i] for i in idx],
-                                                  self._temperature(idx))
+            with self.autocast():
+                lp, ent, _ = policy.response_logprobs([prompts[i] for i in idx], [responses[i] for i in idx],
+                                                      self._temperature(idx))
             return lp, ent
         outs, T = [], max(len(responses[i]) for i in idx)
-        for s in range(0, len(idx), self.cfg.micro_batch_rows):
-            part = idx[s: s + self.cfg.micro_batch_rows]
-            lp, _, _ = policy.response_logprobs([prompts[i] for i in part], [responses[i] for i in part],
-                                                self._temperature(part))
+        for positions in self._micro_batches(idx, prompts, responses):
+            part = [idx[j] for j in positions]
+            with self.autocast():
+                lp, _, _ = policy.response_logprobs([prompts[i] for i in part], [responses[i] for i in part],
+                                                    self._temperature(part))
             outs.append(torch.nn.functional.pad(lp, (0, T - lp.shape[1])))
         return torch.cat(outs), None
+
+    def _micro_batches(self, idx: list[int], prompts, responses) -> list[list[int]]:
+        """Positions into `idx`, in micro-batches by rows or by the token budget."""
+        return micro_batches([len(prompts[i]) + len(responses[i]) for i in idx], self.cfg.micro_batch_rows,
+                             self.cfg.micro_batch_tokens)
 
     def _temperature(self, idx: list[int]):
         """The rows' sampling temperature: one float when they share it (the usual case), else a list."""
@@ -221,6 +247,38 @@ class Learner:
             self.tracker.load_state_dict(s["tracker"])
         if hasattr(self.recompose, "load_state_dict") and "recompose" in s:
             self.recompose.load_state_dict(s["recompose"])
+
+
+def micro_batches(lengths: list[int], max_rows: int, max_tokens: int | None = None) -> list[list[int]]:
+    """Split positions 0..len(lengths)-1, in order, into micro-batches: `max_rows` each, or with `max_tokens`
+    as many as keep the padded size (rows x longest row, what the forward holds) within it; a row longer
+    than the budget goes alone. Gradient accumulation over any split gives the same gradient."""
+    if max_tokens is None:
+        return [list(range(s, min(s + max_rows, len(lengths)))) for s in range(0, len(lengths), max_rows)]
+    out, longest = [], 0
+    for j, n in enumerate(lengths):
+        if out and (len(out[-1]) + 1) * max(longest, n) <= max_tokens:
+            out[-1].append(j)
+            longest = max(longest, n)
+        else:
+            out.append([j])
+            longest = n
+    return out
+
+
+def enable_checkpointing(policy) -> None:
+    """Gradient checkpointing through the Hugging Face model's own switch (active in train mode only, so
+    the engine's cached decoding is unaffected); the tiny model has none: one-line error."""
+    model = policy.model
+    if getattr(policy, "kind", None) == "tiny" or not hasattr(model, "gradient_checkpointing_enable"):
+        raise ValueError("learner.gradient_checkpointing: the tiny model does not support it (it is a Hugging "
+                         "Face model feature; use --model with a Hugging Face checkpoint, or set it false)")
+    # non-reentrant: works when the inputs do not require grad (a frozen embedding under LoRA).
+    # transformers >= 5.2x renamed the switch (the old name warns); the GPU machine's 5.17 has the old one.
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
 def _pad(seqs: list[torch.Tensor]) -> torch.Tensor:

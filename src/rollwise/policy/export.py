@@ -9,6 +9,7 @@ on a Hugging Face model (`--model`) already saves `model/` with `save_pretrained
 """
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import torch
@@ -58,14 +59,21 @@ def tiny_to_gpt2(policy: Policy) -> GPT2LMHeadModel:
     return gpt2.eval()
 
 
-def export_checkpoint(src: str | Path, out: str | Path) -> Path:
+def export_checkpoint(src: str | Path, out: str | Path, adapter: bool = False) -> Path:
     """Write `src` (a checkpoint directory, or a run directory holding `model/`) to `out` as a Hugging Face
-    checkpoint: config.json, model.safetensors and the tokenizer files."""
+    checkpoint: config.json, model.safetensors and the tokenizer files. A LoRA run's model is saved merged
+    (policy/lora.py); `adapter=True` writes its adapter instead (peft's adapter_config.json and weights,
+    loaded with `PeftModel.from_pretrained(base, out)`)."""
     src, out = Path(src), Path(out)
     if (src / "model" / "config.json").exists():
         src = src / "model"  # a run directory (its config.json is the run's): its latest saved policy
     if out.exists() and any(out.iterdir()):
         raise ValueError(f"--out {out}: exists and is not empty (rollwise never overwrites a directory)")
+    if adapter:
+        if not (src / "adapter" / "adapter_config.json").exists():
+            raise ValueError(f"--adapter: {src} holds no LoRA adapter (the run did not set learner.lora)")
+        shutil.copytree(src / "adapter", out, dirs_exist_ok=True)
+        return out
     from ..run.evaluate import check_finite_weights
     from ..run.loop import load_policy
 

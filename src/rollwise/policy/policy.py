@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
+from .lora import is_lora, sampling_weights
 from .tiny import MODEL_TYPE, TinyConfig, TinyGPT
 
 
@@ -67,6 +68,11 @@ class Policy:
             (path / "config.json").write_text(json.dumps(self.model.config.to_dict(), indent=2))
             save_file({k: v.detach().cpu().contiguous() for k, v in self.model.state_dict().items()},
                       str(path / "model.safetensors"))
+        elif is_lora(self.model):  # the merged model, which every reader loads, and the adapter (policy/lora.py)
+            merged = {k: v.cpu() for k, v in sampling_weights(self).items()}  # one layer at a time on the device
+            self.model.get_base_model().save_pretrained(str(path), state_dict=merged)
+            self.model.save_pretrained(str(path / "adapter"))
+            self.tokenizer.save_pretrained(str(path / "adapter"))
         else:
             self.model.save_pretrained(str(path))
         self.tokenizer.save_pretrained(str(path))

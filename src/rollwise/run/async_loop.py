@@ -226,4 +226,7 @@ def check_async(cfg) -> None:
         raise ValueError(f"workers must be >= 0 (0: one worker in this process, no Ray), got {cfg.workers}")
     if cfg.max_staleness is not None and cfg.max_staleness < 0:
         raise ValueError(f"max_staleness must be >= 0, got {cfg.max_staleness}")
+    if cfg.learner.lora:  # the workers load the base model and take state_dict snapshots of the policy
+        raise ValueError("learner.lora: not supported with mode async yet (the rollout workers hold the base "
+                         "model, not base + adapter); use mode sync")
     torch.set_num_threads(1)  # the learner shares the machine with the workers

@@ -314,6 +314,8 @@ RANGES: dict[str, tuple] = {
     "learner.minibatches": (lambda v: v >= 1, ">= 1"),
     "learner.epochs": (lambda v: v >= 1, ">= 1"),
     "learner.micro_batch_rows": (lambda v: v >= 1, ">= 1"),
+    "learner.micro_batch_tokens": (lambda v: v >= 1, ">= 1 (or unset: micro-batches by rows)"),
+    "learner.precision": (lambda v: v in ("fp32", "bf16"), "fp32 or bf16"),
     "learner.kl_coef": (_finite_ge0, "a finite number >= 0"),
     "warmstart.steps": (lambda v: v >= 1, ">= 1"),
     "warmstart.batch_size": (lambda v: v >= 1, ">= 1"),
@@ -370,7 +372,9 @@ def check_fields(cfg: Config) -> None:
     if ws.n_embd % ws.n_head:
         raise ValueError(f"warmstart.n_embd must be a multiple of warmstart.n_head ({ws.n_head}), got {ws.n_embd}")
     from ..learn.losses import KL_ESTIMATORS
+    from ..policy.lora import check_lora
 
+    check_lora(cfg.learner.lora)
     if cfg.learner.kl_estimator not in KL_ESTIMATORS:
         raise ValueError(f"learner.kl_estimator must be one of {', '.join(KL_ESTIMATORS)}, "
                          f"got {cfg.learner.kl_estimator!r}")
