@@ -51,7 +51,9 @@ def test_extract_code_takes_the_last_fenced_block():
 
 
 def test_rows_and_tests_columns(tmp_path, task):
-    assert [p.answer for p in task.train_pool()] == [TESTS, "assert sub(5, 3) == 2\nassert sub(0, 4) == -4"]
+    # the held-out row is also a train row, so it leaves the RL pool (file tasks never train on held-out prompts)
+    assert [p.answer for p in task.train_pool()] == ["assert sub(5, 3) == 2\nassert sub(0, 4) == -4"]
+    assert [p.answer for p in task.heldout()] == [TESTS]
     assert not task.answers_are_responses
     renamed = [{"q": r["prompt"], "checks": r["tests"]} for r in ROWS]
     t2 = CodeTask(write(tmp_path / "r.jsonl", renamed), write(tmp_path / "rh.jsonl", renamed[:1]),

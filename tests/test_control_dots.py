@@ -113,7 +113,7 @@ def test_select_profiles_reference_every_mu_steps_and_prefers_medium():
         counts.append(len(eng.requests))
         assert all(r.purpose == "profile" for r in eng.requests)
         assert ctx.ledger.count_rollouts("profile") == 8 * len(eng.requests)
-        assert ctx.ledger.prompt_tokens > 0
+        assert ctx.ledger.scoring_tokens > 0  # the profile prefill is charged as prompt scoring
     assert counts == [30, 0, 30, 0, 30]  # a new reference set every mu = 2 steps
 
 
