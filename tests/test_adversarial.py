@@ -16,7 +16,10 @@ import pytest
 import torch
 
 from rollwise.run.config import load_config
-from rollwise.run.loop import CKPT, OutLock, RunStopped, Trainer, finite_row, from_plain, read_checkpoint, to_plain
+from rollwise.run.checkpoint import CKPT, from_plain, read_checkpoint, to_plain
+from rollwise.run.loop import RunStopped, Trainer
+from rollwise.run.records import finite_row
+from rollwise.run.rundir import OutLock
 from rollwise.tasks.reward import Scorer
 
 from conftest import SMALL

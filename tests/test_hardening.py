@@ -194,7 +194,7 @@ def test_export_refuses_a_nan_or_damaged_model(tmp_path, small_policy, capsys):
                                                 "failed writing file data/3: file write failed")])
 def test_disk_full_while_saving_a_checkpoint_is_one_line_and_keeps_the_last(tmp_path, small_policy, capsys,
                                                                           monkeypatch, error):
-    from rollwise.run.loop import CKPT, read_checkpoint
+    from rollwise.run.checkpoint import CKPT, read_checkpoint
 
     out = tmp_path / "run"
     args = ["train", "--out", out]

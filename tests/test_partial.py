@@ -148,7 +148,7 @@ def test_a_row_resumed_twice_survives_a_real_checkpoint_with_its_prefix_chain(tm
     # meta) must go through the checkpoint's plain-data format, and settle with the row after a restore
     import torch
 
-    from rollwise.run.loop import from_plain, to_plain
+    from rollwise.run.checkpoint import from_plain, to_plain
 
     def run(restore: bool):
         ctx = make_ctx(pool_size=6, B=3, n=2)

@@ -110,7 +110,7 @@ def cmd_eval(args) -> int:
     from .policy.warmstart import base_checkpoint
     from .run.config import load_config
     from .run.evaluate import check_finite_weights, evaluate
-    from .run.loop import load_policy, reward_scorer
+    from .run.build import load_policy, reward_scorer
 
     for name, least in (("size", 0), ("k", 0), ("samples", 0)):
         if getattr(args, name) < least:

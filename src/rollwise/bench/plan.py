@@ -387,7 +387,7 @@ def recorded_plan(out: Path) -> Plan:
 
 def run_plan(plan: Plan, raw: bytes, plan_path: Path, out: Path, jobs: int = 2, log=print) -> None:
     """Record the plan, then run every arm's bench (finished runs reused, unfinished ones resumed)."""
-    from ..run.loop import OutLock
+    from ..run.rundir import OutLock
     from .runner import run_all
 
     configs = {a: arm_config(plan, a, out, jobs) for a in plan.arms}  # bad task options fail before anything

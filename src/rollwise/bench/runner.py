@@ -178,7 +178,7 @@ def check_engine(name: str) -> None:
 def run_all(cfg: BenchConfig, log=print) -> None:
     """Every run of the bench, `jobs` at a time. The bench holds a lock on its --out while it runs (a
     second bench on it fails at once), and each trainer holds its own run directory's."""
-    from ..run.loop import OutLock
+    from ..run.rundir import OutLock
 
     check_engine(cfg.engine)
     if cfg.jobs < 1:

@@ -75,7 +75,7 @@ def export_checkpoint(src: str | Path, out: str | Path, adapter: bool = False) -
         shutil.copytree(src / "adapter", out, dirs_exist_ok=True)
         return out
     from ..run.evaluate import check_finite_weights
-    from ..run.loop import load_policy
+    from ..run.build import load_policy
 
     policy = load_policy(src)  # a missing or damaged model is one error naming it
     try:  # as train and eval do: a model with NaN or inf weights is not written as if it were one

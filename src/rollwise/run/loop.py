@@ -1,5 +1,9 @@
-"""The synchronous training loop: Control -> Generate -> Filter -> Replay -> Learn, one step at a time,
-with held-out evaluation, JSON-lines metrics and exact kill-and-resume checkpoints.
+"""A run: the Trainer and its one schedule (metrics rows, held-out evaluations, checkpoints, the budget),
+whoever produces the steps (SyncSteps here: Control -> Generate -> Filter -> Replay -> Learn, one step at a
+time; or the async loop's learner, run/async_loop.py). Its parts live in modules with one job each:
+build.py (policy, prompt checks, scorer, engine), guard.py (the finite guard), checkpoint.py (the format),
+records.py (metrics.jsonl), rundir.py (the directory's marker and lock), resume.py (allowed changes),
+staleness.py (the one staleness policy) and budget.py (what ends a run).
 
 What protects a run and its directory:
 - `--out` is locked (flock on `<out>/.lock`) for the whole run: a second trainer on it fails at once.
@@ -18,13 +22,9 @@ What protects a run and its directory:
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
-import math
 import os
-import pickle
 import random
-import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,22 +38,20 @@ from ..core import registry
 from ..core.history import PromptHistory
 from ..core.ledger import Ledger
 from ..learn.learner import Learner
-from ..policy.policy import Policy
 from ..policy.warmstart import base_checkpoint
-from ..tasks.reward import Scorer, builtin_reward
 from ..tasks.shaping import ShapedScorer, build_shaping
 from .config import Config, config_changes, resolve_device, validate, RESUME_MAY_CHANGE
 from .driver import StepDriver
 from .evaluate import check_finite_weights, evaluate
-from .loggers import open_loggers
 from . import resume, rundir
 from .budget import Budget
-from .records import read_rows
+from .build import build_trainer_engine, check_prompts, load_policy, reward_scorer
+from .checkpoint import CKPT, CKPT_FORMAT, read_checkpoint, to_cpu, to_plain
+from .guard import FiniteGuard
+from .loggers import open_loggers
+from .records import finite_row, rows_upto, write_atomic, write_rows
+from .rundir import OutLock, read_run_config
 from .staleness import StalenessPolicy
-
-CKPT = "checkpoint.pt"
-CKPT_FORMAT = 2  # 2: plain data only (weights_only loading), the run's config, skipped-step counters
-RUN_FILES = ("metrics.jsonl", "config.json", "model", CKPT)  # what a run writes (and may replace)
 
 
 class RunStopped(RuntimeError):
@@ -220,10 +218,10 @@ class Trainer:
             rundir.start(self.out)  # before the first step: this directory is a run rollwise started
         # the exact settings of the run, written after a good load: `rollwise train --config <out>/config.json
         # --out NEW` reruns it
-        _write_atomic(self.out / "config.json", json.dumps(cfg.to_dict(), indent=2, default=str))
+        write_atomic(self.out / "config.json", json.dumps(cfg.to_dict(), indent=2, default=str))
         metrics_file = self.out / "metrics.jsonl"
-        rows = _read_metrics(metrics_file, upto=self.step) if resumed else []  # drop lines after the checkpoint
-        _write_metrics(metrics_file, rows)
+        rows = rows_upto(metrics_file, upto=self.step) if resumed else []  # drop lines after the checkpoint
+        write_rows(metrics_file, rows)
         self.loggers = open_loggers(cfg.loggers, self.out, cfg.to_dict())
         if resumed:
             self.log(f"resuming {self.out} from step {self.step}")
@@ -279,11 +277,11 @@ class Trainer:
     def _check_fresh_out(self) -> None:
         """A run that starts from step 0 may replace run files only if this run wrote them: its config.json
         is this config (a run stopped before its first checkpoint). Anything else is refused."""
-        present = [f for f in RUN_FILES if (self.out / f).exists()]
+        present = [f for f in rundir.RUN_FILES if (self.out / f).exists()]
         if not present:
             return
         rundir.check_may_start_over(self.out, present, CKPT)  # a run started here, never checkpointed
-        recorded = _read_config(self.out / "config.json")
+        recorded = read_run_config(self.out / "config.json")
         if recorded is None:
             raise ValueError(f"--out {self.out}: holds {', '.join(present)} but no {CKPT} and no config.json of a "
                              "rollwise run; rollwise never replaces files it did not write: use a new or empty "
@@ -346,7 +344,7 @@ class Trainer:
         if getattr(self, "async_weights", None):  # async: the weights the next steps sample from
             state["async_weights"] = self.async_weights
         if self.policy.device.type != "cpu":  # a checkpoint holds CPU tensors: it loads on any device
-            state = _cpu(state)
+            state = to_cpu(state)
         tmp = self.out / (CKPT + ".tmp")
         try:  # a full disk: a stop with the reason, and the previous checkpoint kept
             torch.save(to_plain(state), tmp)
@@ -438,302 +436,8 @@ class SyncSteps:
         pass
 
 
-class FiniteGuard:
-    """Wraps the learner for the driver: an update whose loss, gradient norm or any other statistic, or
-    whose new logits (on a few of the batch's sequences) are not finite is undone: weights, optimizer,
-    learner RNG and estimator state go back to before it, and it counts in `skipped`. A snapshot is taken
-    before each update: one copy of the weights and optimizer state, about 0.3% of a step of the embedded
-    model on a CPU."""
-
-    PROBE_ROWS = 4
-
-    def __init__(self, learner: Learner, policy: Policy):
-        self.learner, self.policy = learner, policy
-        self.skipped = 0
-
-    @property
-    def version(self) -> int:
-        return self.learner.version
-
-    def update(self, batch) -> dict:
-        snap = (_clone(self.policy.model.state_dict()), _clone(self.learner.state_dict()), self.policy.version)
-        stats = self.learner.update(batch)
-        if not stats.get("updated"):  # nothing changed
-            return stats
-        bad = [k for k, v in stats.items() if isinstance(v, float) and not math.isfinite(v)]
-        if not bad and self._finite_logits(batch):
-            return stats
-        self.policy.model.load_state_dict(snap[0])
-        self.learner.load_state_dict(snap[1])
-        self.policy.version = snap[2]
-        self.skipped += 1
-        return {**stats, "updated": 0, "skipped": 1}
-
-    @torch.no_grad()
-    def _finite_logits(self, batch) -> bool:
-        """Finite statistics (the gradient norm among them) from finite weights give finite weights, short of
-        an absurd lr; finite weights can still give logits that overflow, which sampling would fail on.
-        (Every weight is checked before each checkpoint.)"""
-        seqs = [r.prompt_ids + r.token_ids_T.tolist() for r in batch.rollouts[: self.PROBE_ROWS]]
-        ids, mask = self.policy._right_padded(seqs)
-        return bool(torch.isfinite(self.policy.full_logits(ids, mask)).all())
-
-
-def _cpu(x):
-    """x with every tensor in it (nested dicts, lists, tuples) copied to the CPU."""
-    if isinstance(x, torch.Tensor):
-        return x.detach().cpu()
-    if isinstance(x, dict):
-        return type(x)((k, _cpu(v)) for k, v in x.items())
-    if isinstance(x, (list, tuple)) and not hasattr(x, "_fields"):
-        return type(x)(_cpu(v) for v in x)
-    return x
-
-
-def _clone(x):
-    """A copy of a state dict: tensors cloned, containers rebuilt, other values deep-copied (a fraction of
-    deepcopy's cost on an optimizer state)."""
-    if isinstance(x, torch.Tensor):
-        return x.detach().clone()
-    if isinstance(x, dict):
-        return {k: _clone(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return type(x)(_clone(v) for v in x)
-    return copy.deepcopy(x)
-
-
-def load_policy(path) -> Policy:
-    """Policy.load, any failure to read the directory (a missing or damaged weights file, a config that
-    does not fit) as one error naming it."""
-    try:
-        return Policy.load(path)
-    except (ValueError, OSError) as e:
-        raise ValueError(str(e) if str(path) in str(e) else f"model {path}: {e}") from None
-    except Exception as e:  # noqa: BLE001 - safetensors, transformers and torch raise their own types
-        raise ValueError(f"model {path}: cannot load it ({type(e).__name__}: {str(e)[:200]})") from None
-
-
-def check_prompts(task, pool, heldout, policy, cfg: Config) -> None:
-    """Before any training: every prompt is in the policy's vocabulary and fits its context with
-    max_new_tokens to spare; for a task whose verifier compares the response with the answer
-    (`answers_are_responses`, the file task) every answer can be written within max_new_tokens, unless a
-    user reward judges instead. An error names the prompt (a file task: its file and row)."""
-    describe = getattr(task, "describe_prompt", None)
-    check_answers = getattr(task, "answers_are_responses", False) and not cfg.reward
-    unk = policy.unk_id
-    for split, prompts in (("train", pool), ("held-out", heldout)):
-        if not prompts:
-            continue
-        texts = [p.text for p in prompts]
-        enc = policy.tokenizer(texts, add_special_tokens=False)["input_ids"]
-        ans = policy.tokenizer([p.answer.strip() for p in prompts], add_special_tokens=False)["input_ids"] \
-            if check_answers else [None] * len(prompts)
-        for i, (p, ids, aids) in enumerate(zip(prompts, enc, ans)):
-            where = describe(split, i) if describe else f"{split} prompt {i} ({p.text[:40]!r})"
-            if unk is not None and unk in ids:
-                raise ValueError(f"{where}: the prompt has text outside the model's vocabulary "
-                                 f"({_unknown(policy, p.text)})")
-            if len(ids) + cfg.max_new_tokens > policy.max_positions:
-                raise ValueError(f"{where}: the prompt is {len(ids)} tokens; with max_new_tokens={cfg.max_new_tokens} "
-                                 f"that is more than the model's context of {policy.max_positions} positions")
-            if aids is not None:
-                if unk is not None and unk in aids:
-                    raise ValueError(f"{where}: the answer has text outside the model's vocabulary "
-                                     f"({_unknown(policy, p.answer)}), so no response can match it")
-                if len(aids) > cfg.max_new_tokens:
-                    raise ValueError(f"{where}: the answer is {len(aids)} tokens, more than max_new_tokens="
-                                     f"{cfg.max_new_tokens}, so no response can match it")
-
-
-def _unknown(policy, text: str) -> str:
-    bad = sorted({c for c in text if policy.unk_id in policy.tokenizer(c, add_special_tokens=False)["input_ids"]})
-    return f"characters {bad}" if bad else "unknown tokens"
-
-
-def reward_scorer(cfg: Config, task) -> Scorer:
-    """The task's verifier, or the run's `reward` (a user's function or "math") in a worker process with a
-    timeout and a memory limit."""
-    if not cfg.reward:
-        return Scorer(task.verify)
-    spec, path = builtin_reward(cfg.reward, cfg.reward_options) or (cfg.reward, [])
-    return Scorer(spec, trusted=False, timeout_s=cfg.reward_timeout_s, memory_mb=cfg.reward_memory_mb, path=path)
-
-
-def build_trainer_engine(cfg: Config, policy, **overrides):
-    """The engine named by cfg.engine (the registry, or 'module:Class'), over the run's policy. An
-    engine that samples something other than a policy (the simulator's) is refused with the reason."""
-    entry = registry.get("engine", cfg.engine)  # config.validate has checked it samples from a policy
-    kw = dict(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed,
-              **cfg.engine_options)
-    kw.update(overrides)
-    return entry.obj.for_policy(policy, **kw)
-
-
-def _read_metrics(path: Path, upto: int) -> list[dict]:
-    """The rows up to the checkpoint's step. A last line cut short by a kill is dropped only when it is a row
-    after the checkpoint (the rows still reach the checkpoint's step: the resumed run writes it again);
-    if it was the checkpoint's own row, dropping it would lose it, so it is an error naming the line, as
-    is any other line that is not JSON (the file is the run's record: never silently rewritten)."""
-    rows, cut = read_rows(path)
-    rows = [r for r in rows if r.get("step", 0) <= upto]
-    if cut is not None and upto and max((r.get("step", 0) for r in rows), default=0) < upto:
-        raise ValueError(f"{path}: line {cut} is cut short and the rows stop before the checkpoint's step {upto}, "
-                         "so it held a row the checkpoint covers; restore the file (or remove the line and accept "
-                         "the gap) before resuming")
-    return rows
-
-
-def _write_metrics(path: Path, rows: list[dict]) -> None:
-    _write_atomic(path, "".join(json.dumps(finite_row(r), allow_nan=False) + "\n" for r in rows))
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-def finite_row(row: dict) -> dict:
-    """The row as strict JSON can hold it: a non-finite float (NaN, inf) becomes null and its key is listed
-    in `nonfinite`, so the file parses everywhere and the loss of the value is visible."""
-    bad = [k for k, v in row.items() if isinstance(v, float) and not math.isfinite(v)]
-    if not bad:
-        return row
-    return {**{k: None if k in bad else v for k, v in row.items()},
-            "nonfinite": sorted(set(row.get("nonfinite") or []) | set(bad))}
-
-
-def _read_config(path: Path) -> dict | None:
-    """config.json if it is a rollwise run's config (Config's fields only, the core ones present: a record
-    of an older version lacks newer fields), else None."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    from dataclasses import fields
-
-    known = {f.name for f in fields(Config)}
-    if not isinstance(data, dict) or not set(data) <= known or not {"out", "planner", "learner", "seed"} <= set(data):
-        return None
-    return data
-
-
 def _describe(changes: dict) -> str:
     return ", ".join(f"{k}: {json.dumps(a, default=str)} -> {json.dumps(b, default=str)}"
                      for k, (a, b) in changes.items())
 
 
-# ---- --out is one run's: an exclusive lock held while it runs ---------------------------------------
-
-class OutLock:
-    """An exclusive `flock` on `<dir>/.lock`, held while a run (or a bench) uses the directory. The OS
-    drops it when the process ends, however it ends, so a killed run never leaves a stale lock."""
-
-    def __init__(self, directory: Path, what: str = "--out"):
-        self.path, self.what, self.f = Path(directory) / ".lock", what, None
-
-    def __enter__(self):
-        try:
-            import fcntl
-        except ImportError:  # not Unix: no lock
-            return self
-        f = open(self.path, "a+")
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            f.seek(0)
-            holder = f.read().strip() or "unknown"
-            f.close()
-            raise ValueError(f"{self.what} {self.path.parent}: in use by another rollwise process (pid {holder}); "
-                             "wait for it to finish or use another directory") from None
-        f.seek(0)
-        f.truncate()
-        f.write(str(os.getpid()))
-        f.flush()
-        self.f = f
-        return self
-
-    def __exit__(self, *exc):
-        if self.f is not None:
-            self.f.close()  # closing drops the lock
-            self.f = None
-
-
-# ---- checkpoints hold plain data: tensors, numbers, strings, lists, tuples, dicts --------------------
-
-_TAG = "__rollwise__"
-
-
-def to_plain(x, where: str = "state"):
-    """`x` with numpy arrays and scalars, sets and dicts with non-plain keys turned into tagged plain data
-    that `torch.load(weights_only=True)` accepts and `from_plain` turns back, bit for bit. Anything else is
-    an error naming where it is: a checkpoint never holds an object that needs code to load."""
-    if x is None or isinstance(x, (bool, int, float, str, bytes, torch.Tensor)):
-        return x
-    if isinstance(x, np.ndarray):
-        if x.dtype.kind not in "biufc":
-            raise TypeError(f"{where}: cannot checkpoint a numpy array of dtype {x.dtype}")
-        arr = np.ascontiguousarray(x).astype(x.dtype.newbyteorder("="), copy=False)
-        return {_TAG: "ndarray", "dtype": arr.dtype.str, "data": torch.from_numpy(arr.copy())}
-    if isinstance(x, np.generic):
-        return {_TAG: "npscalar", "dtype": x.dtype.str, "value": x.item()}
-    if isinstance(x, (list, tuple)):
-        items = [to_plain(v, f"{where}[{i}]") for i, v in enumerate(x)]
-        return items if isinstance(x, list) else tuple(items)
-    if isinstance(x, (set, frozenset)):
-        return {_TAG: "set", "items": [to_plain(v, where) for v in x]}
-    if isinstance(x, dict):
-        plain_keys = all(isinstance(k, (str, int, float, bool)) and not isinstance(k, np.generic)
-                         and k != _TAG for k in x)
-        if plain_keys:
-            return {k: to_plain(v, f"{where}.{k}") for k, v in x.items()}
-        return {_TAG: "dict", "items": [[to_plain(k, where), to_plain(v, f"{where}.{k}")] for k, v in x.items()]}
-    raise TypeError(f"{where}: cannot checkpoint a {type(x).__module__}.{type(x).__qualname__}; a state_dict holds "
-                    "tensors, numpy arrays and plain Python data only")
-
-
-def from_plain(x):
-    if isinstance(x, list):
-        return [from_plain(v) for v in x]
-    if isinstance(x, tuple):
-        return tuple(from_plain(v) for v in x)
-    if isinstance(x, dict):
-        tag = x.get(_TAG)
-        if tag == "ndarray":
-            return x["data"].numpy().view(np.dtype(x["dtype"])).copy()
-        if tag == "npscalar":
-            return np.dtype(x["dtype"]).type(x["value"])
-        if tag == "set":
-            return {from_plain(v) for v in x["items"]}
-        if tag == "dict":
-            return {_hashable(from_plain(k)): from_plain(v) for k, v in x["items"]}
-        return {k: from_plain(v) for k, v in x.items()}
-    return x
-
-
-def _hashable(k):
-    return tuple(_hashable(v) for v in k) if isinstance(k, list) else k
-
-
-def read_checkpoint(path: Path) -> dict:
-    """A checkpoint's state, loaded with `weights_only=True`: tensors and plain data only, so a crafted
-    file cannot run code. Anything else (a foreign pickle, a truncated file, another format) is refused
-    with an error naming the file."""
-    try:
-        raw = torch.load(path, weights_only=True, map_location="cpu")
-    except pickle.UnpicklingError as e:
-        found = re.search(r"(?:unsupported|Unsupported global:) GLOBAL (\S+)", str(e))  # torch words it both ways
-        if not found:  # not a pickle that asks for code: damaged or foreign
-            raise ValueError(f"{path}: not a readable checkpoint (its pickle stream is not valid)") from None
-        what = f" ({found.group(1)})"
-        raise ValueError(f"{path}: refused: it holds objects other than tensors and plain data{what}, which a "
-                         "rollwise checkpoint never does; loading it could run code. Remove it, or use another "
-                         "--out") from None
-    except Exception as e:  # noqa: BLE001 - truncated, not a torch file, unreadable
-        first = str(e).split(". ")[0][:200]
-        raise ValueError(f"{path}: not a readable checkpoint ({type(e).__name__}: {first})") from None
-    if not isinstance(raw, dict) or raw.get("format") != CKPT_FORMAT:
-        fmt = raw.get("format") if isinstance(raw, dict) else None
-        raise ValueError(f"{path}: checkpoint format {fmt} is not {CKPT_FORMAT} (written by another version of "
-                         "rollwise); start a new run in another --out")
-    return from_plain(raw)

@@ -4,6 +4,8 @@ cut or damaged line is treated the same way everywhere."""
 from __future__ import annotations
 
 import json
+import math
+import os
 from pathlib import Path
 
 METRICS = "metrics.jsonl"
@@ -46,3 +48,37 @@ def read_rows(where: str | Path, *, live: bool = False) -> tuple[list[dict], int
 def rows(where: str | Path) -> list[dict]:
     """The complete rows of a finished or running run (a last line cut short is left out)."""
     return read_rows(where)[0]
+
+
+def rows_upto(path: Path, upto: int) -> list[dict]:
+    """The rows up to the checkpoint's step. A last line cut short by a kill is dropped only when it is a row
+    after the checkpoint (the rows still reach the checkpoint's step: the resumed run writes it again);
+    if it was the checkpoint's own row, dropping it would lose it, so it is an error naming the line, as
+    is any other line that is not JSON (the file is the run's record: never silently rewritten)."""
+    rows, cut = read_rows(path)
+    rows = [r for r in rows if r.get("step", 0) <= upto]
+    if cut is not None and upto and max((r.get("step", 0) for r in rows), default=0) < upto:
+        raise ValueError(f"{path}: line {cut} is cut short and the rows stop before the checkpoint's step {upto}, "
+                         "so it held a row the checkpoint covers; restore the file (or remove the line and accept "
+                         "the gap) before resuming")
+    return rows
+
+
+def write_rows(path: Path, rows: list[dict]) -> None:
+    write_atomic(path, "".join(json.dumps(finite_row(r), allow_nan=False) + "\n" for r in rows))
+
+
+def write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def finite_row(row: dict) -> dict:
+    """The row as strict JSON can hold it: a non-finite float (NaN, inf) becomes null and its key is listed
+    in `nonfinite`, so the file parses everywhere and the loss of the value is visible."""
+    bad = [k for k, v in row.items() if isinstance(v, float) and not math.isfinite(v)]
+    if not bad:
+        return row
+    return {**{k: None if k in bad else v for k, v in row.items()},
+            "nonfinite": sorted(set(row.get("nonfinite") or []) | set(bad))}

@@ -20,6 +20,7 @@ import uuid
 from pathlib import Path
 
 MARKER = ".rollwise-run"
+RUN_FILES = ("metrics.jsonl", "config.json", "model", "checkpoint.pt")  # what a run writes (and may replace)
 
 
 def read_marker(out: Path) -> dict | None:
@@ -73,3 +74,54 @@ def check_config_out(config_path, overrides: dict, out: str) -> None:
     if config_path and "out" not in overrides and Path(out).is_absolute():
         raise ValueError(f"{config_path}: out is the absolute path {out} (a recorded run's config names the "
                          "machine it ran on); give --out DIR, or write out as a relative path")
+
+
+def read_run_config(path: Path) -> dict | None:
+    """config.json if it is a rollwise run's config (Config's fields only, the core ones present: a record
+    of an older version lacks newer fields), else None."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    from dataclasses import fields
+
+    from .config import Config
+
+    known = {f.name for f in fields(Config)}
+    if not isinstance(data, dict) or not set(data) <= known or not {"out", "planner", "learner", "seed"} <= set(data):
+        return None
+    return data
+
+
+class OutLock:
+    """An exclusive `flock` on `<dir>/.lock`, held while a run (or a bench) uses the directory. The OS
+    drops it when the process ends, however it ends, so a killed run never leaves a stale lock."""
+
+    def __init__(self, directory: Path, what: str = "--out"):
+        self.path, self.what, self.f = Path(directory) / ".lock", what, None
+
+    def __enter__(self):
+        try:
+            import fcntl
+        except ImportError:  # not Unix: no lock
+            return self
+        f = open(self.path, "a+")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            f.seek(0)
+            holder = f.read().strip() or "unknown"
+            f.close()
+            raise ValueError(f"{self.what} {self.path.parent}: in use by another rollwise process (pid {holder}); "
+                             "wait for it to finish or use another directory") from None
+        f.seek(0)
+        f.truncate()
+        f.write(str(os.getpid()))
+        f.flush()
+        self.f = f
+        return self
+
+    def __exit__(self, *exc):
+        if self.f is not None:
+            self.f.close()  # closing drops the lock
+            self.f = None
