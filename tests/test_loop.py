@@ -1,17 +1,15 @@
 """End to end on the tiny model: a few steps of the real loop, and kill-and-resume equality."""
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from rollwise.run.config import load_config
 from rollwise.run.loop import Trainer
 
-from conftest import SMALL
+from conftest import SMALL, kill_and_resume
 
 TIMING_KEYS = {"wall_s", "gen_s"}
 
@@ -56,17 +54,7 @@ def test_kill_and_resume_is_bit_identical(tmp_path, small_policy, cache_dir):
     env = {**os.environ, "ROLLWISE_CACHE": str(cache_dir)}
     subprocess.run(args + ["--out", str(tmp_path / "full")], env=env, check=True, capture_output=True)
     killed = tmp_path / "killed"
-    proc = subprocess.Popen(args + ["--out", str(killed)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.time() + 300
-    while time.time() < deadline:
-        m = killed / "metrics.jsonl"
-        if m.exists() and sum(1 for _ in open(m)) >= 3:  # step 0 eval row + steps 1, 2
-            break
-        time.sleep(0.01)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    done_before = len(read(killed / "metrics.jsonl"))
-    res = subprocess.run(args + ["--out", str(killed)], env=env, check=True, capture_output=True, text=True)
+    done_before, res = kill_and_resume(args, killed, env, rows=3)
     if done_before < 6:  # the kill landed before the end (almost always)
         assert "resuming" in res.stdout
     assert strip(read(killed / "metrics.jsonl")) == strip(read(tmp_path / "full" / "metrics.jsonl"))

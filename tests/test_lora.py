@@ -2,10 +2,8 @@
 engine sampling from base + adapter, resume, and export of the merged model or the adapter."""
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +13,7 @@ from rollwise.learn.learner import Learner, LearnerConfig
 from rollwise.policy.policy import Policy
 from rollwise.run.config import load_config
 
-from conftest import SMALL
+from conftest import SMALL, kill_and_resume
 from test_engine_policy import hf_checkpoint, tiny_policy
 from test_learner_gpu_options import batch_of, llama_policy
 
@@ -79,17 +77,7 @@ def test_lora_bf16_checkpointed_run_resumes_exactly_after_a_kill_and_exports(tmp
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests")])}
     subprocess.run(args + ["--out", str(tmp_path / "full")], env=env, check=True, capture_output=True)
     killed = tmp_path / "killed"
-    proc = subprocess.Popen(args + ["--out", str(killed)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.time() + 300
-    while time.time() < deadline and proc.poll() is None:
-        m = killed / "metrics.jsonl"
-        if m.exists() and sum(1 for _ in open(m)) >= 2:
-            break
-        time.sleep(0.01)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    done_before = len(read(killed / "metrics.jsonl"))
-    res = subprocess.run(args + ["--out", str(killed)], env=env, check=True, capture_output=True, text=True)
+    done_before, res = kill_and_resume(args, killed, env, rows=2)
     if done_before < 4:  # the kill landed before the end (almost always)
         assert "resuming" in res.stdout
     a, b = read(tmp_path / "full" / "metrics.jsonl"), read(killed / "metrics.jsonl")
