@@ -21,6 +21,15 @@ def test_group_properties():
     assert make_group(3, [1]).zero_variance  # a group of one teaches GRPO nothing
 
 
+def test_group_statuses_and_prefixes():
+    g = make_group(0, [1, 0, 1])
+    assert g.statuses() == {"done"} and g.prefixes() == [] and Group(Prompt(1, "", "")).statuses() == set()
+    g.rollouts[1].status = "pruned"
+    pre = make_group(0, [1]).rollouts[0]
+    g.rollouts[2].meta["prefix"] = pre  # a resumed row continues its carried part
+    assert g.statuses() == {"done", "pruned"} and g.prefixes() == [pre]
+
+
 def test_history_records_streaks_and_touches_only_batch_rows():
     h = PromptHistory(1000)
     h.record([make_group(5, [1, 1]), make_group(7, [0, 0, 0, 0])], step=0)

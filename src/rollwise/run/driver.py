@@ -26,7 +26,7 @@ import torch
 from ..control.base import Assembled, Decision, Planner, StepContext, Wave
 from ..core.history import PromptHistory
 from ..core.ledger import Ledger
-from ..core.types import Batch, Group, Request, Rollout
+from ..core.types import Batch, Group, Request
 from ..generate.engine import Finished, run_sync
 
 
@@ -81,8 +81,8 @@ class StepDriver:
         """Rows pruned in flight are charged, settled as "pruned" and taken out of their (new) groups:
         they never reach the planner's filters, the advantages or the loss."""
         for g in groups:
-            pruned = [r for r in g.rollouts if r.status == "pruned"]
-            if pruned:
+            if "pruned" in g.statuses():
+                pruned = [r for r in g.rollouts if r.status == "pruned"]
                 self.ledger.settle([Group(g.prompt, pruned)], "open", "pruned")
                 g.rollouts = [r for r in g.rollouts if r.status != "pruned"]
 
@@ -250,8 +250,7 @@ def _shared_twice(groups: list[Group]) -> int:
     seen: set[int] = set()
     twice = 0
     for g in groups:
-        for r in g.rollouts:
-            pre = r.meta.get("prefix") if isinstance(r, Rollout) else None
+        for pre in g.prefixes():
             while pre is not None:
                 if id(pre) in seen:
                     twice += pre.num_tokens  # this prefix and all its ancestors are held already
