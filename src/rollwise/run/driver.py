@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..control.base import Assembled, Decision, Planner, StepContext, Wave
-from ..core.history import PromptHistory
+from ..core.history import GroupStats, PromptHistory
 from ..core.ledger import Ledger
 from ..core.types import Batch, Group, Request
 from ..generate.engine import Finished, run_sync
@@ -40,6 +40,7 @@ class StepOutcome:
     stats: dict = field(default_factory=dict)  # the learner's
     staleness: dict = field(default_factory=dict)  # policy lag of the trained rollouts
     persist: dict = field(default_factory=dict)  # zero-variance persistence (PromptHistory)
+    visits: GroupStats | None = None  # this step's train groups as columns (what the history recorded)
 
     @property
     def batch(self) -> Batch:
@@ -216,8 +217,9 @@ class StepDriver:
         self.settle(assembled, ctx, partial=planner.partial)
         out = StepOutcome(assembled, self._generated)
         if self.history is not None:
-            out.persist = self.history.zero_variance_persistence(ctx.groups.values())  # before recording
-            self.history.record(ctx.groups.values(), ctx.step)
+            out.visits = GroupStats.of(ctx.groups.values())
+            out.persist = self.history.zero_variance_persistence(out.visits)  # before recording
+            self.history.record(out.visits, ctx.step)
         if self.measure_staleness:
             out.staleness = staleness(assembled.batch, version)
         return out

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..control.base import StepContext, build_planner
-from ..core.history import PromptHistory
+from ..core.history import GroupStats, PromptHistory
 from ..core.ledger import Ledger
 from ..core.types import Batch
 from ..run.driver import StepDriver
@@ -47,14 +47,10 @@ class DynamicsLearner:
         self.version = 0
 
     def update(self, batch: Batch) -> dict:
-        k = len(batch.groups)
-        ids = np.fromiter((g.prompt.id for g in batch.groups), np.int64, k)
-        bn = np.fromiter((g.n for g in batch.groups), np.int64, k)
-        bc = np.fromiter((g.num_correct for g in batch.groups), np.int64, k)
-        learner_tokens = sum(g.tokens for g in batch.groups)
-        dyn = self.dynamics.update(self.version, ids, bn, bc, self.batch_size)
+        b = GroupStats.of(batch.groups, drop_empty=False)
+        dyn = self.dynamics.update(self.version, b.prompt, b.n, b.correct, self.batch_size)
         self.version += 1
-        return {"learner_tokens": learner_tokens, "informative_groups": dyn["informative_groups"]}
+        return {"learner_tokens": int(b.tokens.sum()), "informative_groups": dyn["informative_groups"]}
 
 
 @dataclass
@@ -114,13 +110,13 @@ class Simulator:
         batch = out.batch
         learner_tokens = out.stats.get("learner_tokens", 0)
         self.ledger.learner_tokens += learner_tokens
-        gen = [g for g in ctx.groups.values() if g.n > 0]
+        gen = out.visits  # this step's train groups with rollouts, as columns
         # simulated system time of the step
         gen_s = sum(t.seconds for _, t in self.engine.rounds)
         learn_s = self.timing.learn_seconds(learner_tokens)
-        zv = sum(g.zero_variance for g in gen)
+        zv = int(gen.zero_variance.sum())
         batch_zv = sum(g.zero_variance for g in batch.groups)
-        gen_n = sum(g.n for g in gen)
+        gen_n = int(gen.n.sum())
         informative = out.stats.get("informative_groups", 0)
         tot = self.totals
         tot["gen_s"] += gen_s
@@ -137,7 +133,7 @@ class Simulator:
                 "rollouts": self.ledger.budget_rollouts(), "prompts": len(gen),
                 "zero_var_frac_gen": zv / max(len(gen), 1), "trained_groups": len(batch.groups),
                 "batch_groups": len(batch.groups), "zero_var_frac": batch_zv / max(len(batch.groups), 1),
-                "reward_mean": sum(g.num_correct for g in gen) / max(gen_n, 1), **out.persist,
+                "reward_mean": int(gen.correct.sum()) / max(gen_n, 1), **out.persist,
                 "informative_trained": informative, "rounds": len(self.engine.rounds),
                 "sim_gen_s": gen_s, "sim_learn_s": learn_s, **ctx.metrics}
 
