@@ -17,7 +17,7 @@ from rollwise.sim.population import Population, PopulationConfig
 from rollwise.sim.runner import SimConfig, Simulator
 from rollwise.sim.timing import TimingConfig, TimingModel, makespan
 
-VOLATILE = ("elapsed_s", "steps_per_s", "peak_mem_mb")
+VOLATILE = ("elapsed_s", "cpu_s", "steps_per_s", "peak_mem_mb")
 
 
 def _sim(planner="uniform", prompts=3000, steps=0, batch=16, n=8, seed=0, **kw):

@@ -74,7 +74,8 @@ class StepDriver:
                 events = self._stepwise(requests, wave.enough, wave.watch, wave.hidden)
                 groups = [e.group for e in events]
         self.ledger.charge(groups, sum(e.prompt_tokens for e in events))
-        self._drop_pruned(groups)
+        if wave is not None and wave.watch is not None:  # only a watcher's Decisions prune samples
+            self._drop_pruned(groups)
         self._generated += groups
         return groups
 
@@ -233,7 +234,9 @@ class StepDriver:
         # partial rollouts: rows of groups still out wait as carried; rows too stale to resume are aborted
         led.settle(assembled.carried, "open", "carried")
         led.settle(assembled.dropped, "carried", "aborted")
-        trained_now = led.settle(batch.groups, "open", "trained") + led.settle(batch.groups, "carried", "trained")
+        trained_now = led.settle(batch.groups, "open", "trained")
+        if led.count(fate="carried") or led.count_rollouts(fate="carried"):  # partial rows of earlier steps
+            trained_now += led.settle(batch.groups, "carried", "trained")
         led.reused_tokens += sum(g.tokens for g in batch.groups) - _shared_twice(batch.groups) - trained_now
         in_batch = {id(g) for g in batch.groups}  # trained whole: nothing of theirs is left open
         led.settle([g for g in self._generated if id(g) not in in_batch], "open", NOT_TRAINED)

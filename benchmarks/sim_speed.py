@@ -1,0 +1,159 @@
+"""Speed guard of the simulator (issue 26): the issue's command for GRESO and uniform, one thread, against
+fixed targets, with a PASS/FAIL line and exit status 1 on FAIL, so a regression is loud.
+
+    OMP_NUM_THREADS=1 python benchmarks/sim_speed.py [--steps 1000] [--planners greso uniform]
+
+The command (the README's "Simulator scale" figure):
+    OMP_NUM_THREADS=1 rollwise sim --prompts 1000000 --steps 1000 --batch 512 --n 16 --planner P --seed 0
+
+Targets, for the 1,000-step command: GRESO <= 15 s, uniform <= 5 s. The judged figure is `cpu_s`, the
+CPU seconds of the simulator's own loop (set-up and imports excluded): on an idle machine it is the loop's
+wall time (`elapsed_s`, also recorded), and on a shared machine it does not count the time spent waiting
+for a core. It still grows somewhat under load (cores and caches are shared), so the record also keeps
+the load average and the ratio of each run to a fixed pure-numpy reference workload measured in the same
+run (`ref_cpu_s`, before and after the runs): compare ratios across machines and loads, not seconds.
+`--steps` shortens the runs (the targets scale with the steps, for a quick check only; the record
+written is then marked so). Writes benchmarks/results/sim_speed.json and .md.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+TARGETS_S = {"greso": 15.0, "uniform": 5.0}  # CPU seconds of the 1,000-step loop
+ISSUE = {"prompts": 1_000_000, "steps": 1000, "batch": 512, "n": 16, "seed": 0}
+
+
+def reference_workload(reps: int = 3) -> float:
+    """CPU seconds of a fixed numpy job (sort, gather, cumulative sums, bincount over 2M elements; the
+    kinds of array work the simulator does), the median of `reps`. Fixed seed and sizes: the same work
+    in every run, so sim_s / ref_s normalises for the machine and its load."""
+    rng = np.random.default_rng(0)
+    x = rng.random(2_000_000)
+    idx = rng.integers(0, 1_000_000, 2_000_000)
+    times = []
+    for _ in range(reps):
+        c0 = time.process_time()
+        for _ in range(5):
+            y = np.sort(x)[idx]
+            z = np.cumsum(y) / np.arange(1, len(y) + 1)
+            np.bincount(idx, weights=z, minlength=1_000_000)
+        times.append(time.process_time() - c0)
+    return float(np.median(times))
+
+
+def git_commit() -> str:
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (not a git checkout)"
+    return sha + (" (with uncommitted changes)" if dirty else "")
+
+
+def run_one(planner: str, steps: int) -> dict:
+    cfg = {**ISSUE, "steps": steps}
+    cmd = [sys.executable, "-m", "rollwise.cli", "sim", "--prompts", str(cfg["prompts"]), "--steps", str(steps),
+           "--batch", str(cfg["batch"]), "--n", str(cfg["n"]), "--planner", planner, "--seed", str(cfg["seed"]),
+           "--quiet"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src")] + [p for p in [env.get("PYTHONPATH")] if p])
+    load_before = os.getloadavg()
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"sim_speed: {' '.join(cmd[2:])} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {"planner": planner, "cpu_s": out["cpu_s"], "elapsed_s": out["elapsed_s"], "process_s": round(wall, 2),
+            "final_acc": out["final_acc"], "tokens": out["tokens"], "peak_mem_mb": out["peak_mem_mb"],
+            "load_avg_before": [round(x, 2) for x in load_before],
+            "load_avg_after": [round(x, 2) for x in os.getloadavg()],
+            "command": "OMP_NUM_THREADS=1 rollwise " + " ".join(cmd[3:-1])}
+
+
+def verdict(runs: list[dict], steps: int) -> tuple[bool, list[str]]:
+    lines, ok = [], True
+    for r in runs:
+        target = TARGETS_S.get(r["planner"])
+        if target is None:
+            continue
+        target *= steps / ISSUE["steps"]
+        passed = r["cpu_s"] <= target
+        ok &= passed
+        lines.append(f"{'PASS' if passed else 'FAIL'} {r['planner']}: {r['cpu_s']:.2f} s CPU "
+                     f"(target {target:.2f} s; wall {r['elapsed_s']:.2f} s)")
+    return ok, lines
+
+
+def markdown(rec: dict) -> str:
+    m = rec["machine"]
+    rows = "\n".join(f"| {r['planner']} | {r['cpu_s']:.2f} | {r['elapsed_s']:.2f} | {r['process_s']:.1f} | "
+                     f"{r['ratio_to_reference']:.1f} | {r['final_acc']:.4f} | {r['load_avg_before'][0]:.2f} |"
+                     for r in rec["runs"])
+    return f"""# Simulator speed (issue 26)
+
+{rec['status']}
+
+- Commit: `{rec['commit']}`; measured {rec['measured_at']} on {m['cpus']} CPUs, Python {m['python']}, numpy {m['numpy']}.
+- Command: `{rec['runs'][0]['command'].replace(rec['runs'][0]['planner'], 'P')}` ({rec['config']['steps']} steps{'' if rec['config']['steps'] == ISSUE['steps'] else ', SHORTENED: not the issue command'}).
+- Targets (CPU seconds of the loop): {', '.join(f'{k} {v:g} s' for k, v in TARGETS_S.items())}.
+- Reference workload (fixed numpy job, CPU s): {rec['ref_cpu_s']['before']:.3f} before, {rec['ref_cpu_s']['after']:.3f} after the runs; ratio = loop CPU s / their mean.
+- Load average (1, 5, 15 min) before the first run: {', '.join(f'{x:.2f}' for x in rec['runs'][0]['load_avg_before'])}.
+
+| planner | loop CPU s | loop wall s | process s | ratio to reference | final accuracy | load (1 min) |
+|---|---|---|---|---|---|---|
+{rows}
+
+{chr(10).join(rec['verdict'])}
+"""
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=ISSUE["steps"])
+    ap.add_argument("--planners", nargs="+", default=list(TARGETS_S))
+    ap.add_argument("--out", default=str(HERE / "results" / "sim_speed"), help="writes OUT.json and OUT.md")
+    args = ap.parse_args(argv)
+    if args.steps < 1:
+        ap.error("--steps must be >= 1")
+    ref_before = reference_workload()
+    runs = []
+    for planner in args.planners:
+        r = run_one(planner, args.steps)
+        runs.append(r)
+        print(f"{planner}: {r['cpu_s']:.2f} s CPU, {r['elapsed_s']:.2f} s wall, final_acc {r['final_acc']:.4f}",
+              file=sys.stderr, flush=True)
+    ref_after = reference_workload()
+    ref = (ref_before + ref_after) / 2
+    for r in runs:
+        r["ratio_to_reference"] = round(r["cpu_s"] / ref, 2)
+    ok, lines = verdict(runs, args.steps)
+    rec = {"benchmark": "sim_speed", "status": "PASS" if ok else "FAIL: the simulator is slower than its target",
+           "verdict": lines, "commit": git_commit(), "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+           "targets_cpu_s": TARGETS_S, "config": {**ISSUE, "steps": args.steps},
+           "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "numpy": np.__version__,
+                       "platform": platform.platform()},
+           "ref_cpu_s": {"before": round(ref_before, 4), "after": round(ref_after, 4)}, "runs": runs}
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(rec, indent=2) + "\n")
+    out.with_suffix(".md").write_text(markdown(rec))
+    print("\n".join(lines))
+    print(rec["status"])
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
