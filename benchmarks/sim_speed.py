@@ -167,14 +167,13 @@ def main(argv=None) -> int:
         ap.error("--steps must be >= 1")
     ref_before = reference_workload()
     runs = []
-    for planner in args.planners:
+    for planner in args.planners:  # each run next to its baseline's, so that both see the same load
         r = run_one(planner, args.steps)
         runs.append(r)
         print(f"{planner}: {r['cpu_s']:.2f} s CPU, {r['elapsed_s']:.2f} s wall, final_acc {r['final_acc']:.4f}",
               file=sys.stderr, flush=True)
-    base = baseline_cpu(args.planners, args.steps) if args.steps == ISSUE["steps"] else None
-    for r in runs:
-        b = (base or {}).get(r["planner"])
+        base = baseline_cpu([planner], args.steps) if args.steps == ISSUE["steps"] else None
+        b = (base or {}).get(planner)
         if b is not None and r["planner"] in BASELINE["idle_s"]:
             r["baseline_cpu_s"] = round(b["cpu_s"], 3)
             r["idle_estimate_s"] = round(BASELINE["idle_s"][r["planner"]] * r["cpu_s"] / b["cpu_s"], 2)
