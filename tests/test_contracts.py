@@ -289,3 +289,28 @@ def test_a_planner_that_trims_a_group_in_place_is_stopped_clearly():
     assert ctx.ledger.count_rollouts("train", "discarded") == 6 * 3 and ctx.ledger.count_rollouts(fate="trained") == 6
     with pytest.raises(RuntimeError, match="dropped rollouts from a group in place"):
         run_step(Planner([TrimInPlace()], N, ctx.rng), ctx, engine)
+
+
+def test_refill_counts_every_group_as_its_last_stage_left_it():
+    """A refill planner draws B - accepted fresh prompts, where `accepted` counts every group of the
+    step as it stands; the planner asks a group again only when a stage grew it, so a group accepted in
+    an earlier round must still count once a later round grew only the others."""
+    from rollwise.control.base import Component
+    from rollwise.control.dapo import DAPO
+
+    class SecondStageIfZeroVariance(Component):
+        name = "second-stage"
+
+        def more(self, groups, ctx):
+            return [Request(g.prompt, 4) for g in groups if g.n == 4 and g.zero_variance]
+
+    rates = {i: 0.5 if i % 2 == 0 else 0.125 for i in range(8)}  # 0.125: 4 wrong, then the 8th is right
+    ctx, engine = context(seed=3, pool_n=8), Engine(rates)
+    ctx.batch_size, ctx.n = 4, 4
+    planner = Planner([SecondStageIfZeroVariance(), DAPO()], 8, ctx.rng)
+    batch, _, rounds = run_step(planner, ctx, engine)
+    first = rounds[0]
+    assert {i % 2 for i in first} == {0, 1}  # the draw mixes both kinds (this seed), so round 2 grows some
+    assert rounds[1] == {i: 4 for i in first if i % 2 == 1}
+    assert len(rounds) == 2 and len(batch.groups) == 4  # all four accepted: no refill round
+    assert sorted((g.prompt.id, g.n) for g in batch.groups) == sorted((i, 4 + 4 * (i % 2)) for i in first)

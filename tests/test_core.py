@@ -21,6 +21,26 @@ def test_group_properties():
     assert make_group(3, [1]).zero_variance  # a group of one teaches GRPO nothing
 
 
+def test_group_statuses_and_prefixes():
+    g = make_group(0, [1, 0, 1])
+    assert g.statuses() == {"done"} and g.prefixes() == [] and Group(Prompt(1, "", "")).statuses() == set()
+    g.rollouts[1].status = "pruned"
+    pre = make_group(0, [1]).rollouts[0]
+    g.rollouts[2].meta["prefix"] = pre  # a resumed row continues its carried part
+    assert g.statuses() == {"done", "pruned"} and g.prefixes() == [pre]
+
+
+def test_group_counts_and_their_columns():
+    from rollwise.core.history import GroupStats
+
+    g, h, empty = make_group(4, [1, 0, 1], length=2), make_group(9, [1, 1], length=5), Group(Prompt(2, "", ""))
+    assert g.counts() == (3, 2, 6, 0.5, False) and h.counts() == (2, 2, 10, 0.5, True)
+    v = GroupStats.of([g, empty, h])  # a group with no rollouts is no visit
+    assert v.prompt.tolist() == [4, 9] and v.n.tolist() == [3, 2] and v.correct.tolist() == [2, 2]
+    assert v.tokens.tolist() == [6, 10] and v.zero_variance.tolist() == [False, True] and len(v) == 2
+    assert len(GroupStats.of([g, empty], drop_empty=False)) == 2 and len(GroupStats.of([])) == 0
+
+
 def test_history_records_streaks_and_touches_only_batch_rows():
     h = PromptHistory(1000)
     h.record([make_group(5, [1, 1]), make_group(7, [0, 0, 0, 0])], step=0)

@@ -346,6 +346,7 @@ class Planner:
                 yield from self._run(c.setup(ctx))
             self._set_up = True
         self.round = 1
+        self._verdicts: dict[int, bool] = {}  # prompt id -> accepted, for the refill count (_more)
         if self.partial:
             requests = yield from self._partial_wave(ctx)
         else:
@@ -452,13 +453,18 @@ class Planner:
         return requests
 
     def _more(self, groups: list[Group], ctx: StepContext):
+        for g in groups:  # new or grown this round: asked again at the next count, the others' verdicts stand
+            self._verdicts.pop(g.prompt.id, None)
         requests = []
         for c in self.components:
             requests += yield from self._run(c.more(groups, ctx))
         if requests:
             return requests
         if self.refill:
-            accepted = sum(self._accepts(g, ctx) for g in ctx.groups.values())
+            for pid, g in ctx.groups.items():
+                if pid not in self._verdicts:
+                    self._verdicts[pid] = self._accepts(g, ctx)
+            accepted = sum(self._verdicts.values())
             max_rounds = max(c.max_rounds for c in self.components if c.refill)
             if accepted < ctx.batch_size and self.round < max_rounds:
                 self.round += 1
@@ -509,7 +515,10 @@ class Planner:
 
     # ---- helpers -------------------------------------------------------------------------
     def _accepts(self, g: Group, ctx: StepContext) -> bool:
-        return all(c.accept(g, ctx) for c in self.components)
+        for c in self.components:  # a loop, not all(...): asked ~1,000 times a step in the simulator
+            if not c.accept(g, ctx):
+                return False
+        return True
 
     def _draw(self, need: int, ctx: StepContext):
         """Draw candidates from the pool and pass them through every selector until `need` prompts

@@ -6,6 +6,7 @@ the pool size (a pool of millions of prompts is a few tens of MB).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
@@ -31,6 +32,31 @@ _LOG = {"step": np.int32, "prompt": np.int64, "n": np.int32, "correct": np.int32
         "mean_len": np.float32, "mean_entropy": np.float32}
 
 
+@dataclass
+class GroupStats:
+    """Groups as columns, read in one pass (Group.counts): what the history records and the simulator
+    reports of a step's groups, computed once per step (the driver's StepOutcome.visits)."""
+
+    prompt: np.ndarray  # int64 prompt ids
+    n: np.ndarray  # int64
+    correct: np.ndarray  # int64
+    tokens: np.ndarray  # int64
+    mean_entropy: np.ndarray  # float64
+    zero_variance: np.ndarray  # bool
+
+    @classmethod
+    def of(cls, groups: Iterable[Group], drop_empty: bool = True) -> "GroupStats":
+        rows = [(g.prompt.id, *g.counts()) for g in groups]
+        if drop_empty:  # a group with no rollouts (all pruned, or trimmed away) is no visit
+            rows = [r for r in rows if r[1] > 0]
+        cols = list(zip(*rows)) if rows else [()] * 6
+        dts = (np.int64, np.int64, np.int64, np.int64, np.float64, bool)
+        return cls(*(np.array(c, dtype=dt) for c, dt in zip(cols, dts)))
+
+    def __len__(self) -> int:
+        return len(self.prompt)
+
+
 class PromptHistory:
     def __init__(self, num_prompts: int):
         self.num_prompts = int(num_prompts)
@@ -41,20 +67,12 @@ class PromptHistory:
         self._log_len = 0
 
     # ---- writing -------------------------------------------------------------------------
-    def record(self, groups: Iterable[Group], step: int) -> None:
-        groups = [g for g in groups if g.n > 0]
-        if not groups:
+    def record(self, groups: Iterable[Group] | GroupStats, step: int) -> None:
+        v = groups if isinstance(groups, GroupStats) else GroupStats.of(groups)
+        if not len(v):
             return
-        k = len(groups)
-        n = np.fromiter((g.n for g in groups), np.int64, k)
-        self.record_arrays(
-            step,
-            prompt=np.fromiter((g.prompt.id for g in groups), np.int64, k),
-            n=n,
-            correct=np.fromiter((g.num_correct for g in groups), np.int64, k),
-            mean_len=np.fromiter((g.tokens for g in groups), np.float64, k) / n,
-            mean_entropy=np.fromiter((g.mean_entropy for g in groups), np.float64, k),
-        )
+        self.record_arrays(step, prompt=v.prompt, n=v.n, correct=v.correct, mean_len=v.tokens / v.n,
+                           mean_entropy=v.mean_entropy)
 
     def record_arrays(self, step: int, prompt, n, correct, mean_len=None, mean_entropy=None) -> None:
         """Vectorised record (the simulator calls this directly). One visit per prompt id."""
@@ -110,14 +128,13 @@ class PromptHistory:
         n, c = self.last_n[ids], self.last_correct[ids]
         return (n > 0) & ((c == 0) | (c == n))
 
-    def zero_variance_persistence(self, groups: Iterable[Group]) -> dict[str, int]:
+    def zero_variance_persistence(self, groups: Iterable[Group] | GroupStats) -> dict[str, int]:
         """Call before recording `groups`: of those whose prompt's last visit was zero-variance, how many
         are zero-variance again. The persistence history-based skipping (GRESO) bets on, and one of the
         simulator's calibration targets."""
-        groups = [g for g in groups if g.n > 0]
-        was_zv = self.last_zero_variance([g.prompt.id for g in groups]) if groups else []
-        return {"zv_revisits": int(sum(was_zv)),
-                "zv_revisits_stayed": int(sum(g.zero_variance for g, w in zip(groups, was_zv) if w))}
+        v = groups if isinstance(groups, GroupStats) else GroupStats.of(groups)
+        was_zv = self.last_zero_variance(v.prompt)
+        return {"zv_revisits": int(was_zv.sum()), "zv_revisits_stayed": int((was_zv & v.zero_variance).sum())}
 
     def mean_pass_rate(self, ids) -> np.ndarray:
         ids = np.asarray(ids, dtype=np.int64)

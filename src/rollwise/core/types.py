@@ -238,6 +238,21 @@ class Group:
         """Add a later stage's rollouts of the same prompt (the simulator's groups merge by counts)."""
         self.rollouts.extend(other.rollouts)
 
+    def counts(self) -> tuple[int, int, int, float, bool]:
+        """(n, num_correct, tokens, mean_entropy, zero_variance) in one call: what the history and the
+        simulator read of every group every step (a count-level group answers from its counts)."""
+        return self.n, self.num_correct, self.tokens, self.mean_entropy, self.zero_variance
+
+    def statuses(self) -> set[str]:
+        """The statuses of its rollouts ("done", "partial", "pruned", ...): what the driver checks every
+        group for, answered by a count-level group (the simulator's) without building its rollouts."""
+        return {getattr(r, "status", "done") for r in self.rollouts}
+
+    def prefixes(self) -> list:
+        """The prefixes its rollouts continue (`meta["prefix"]`: a resumed row's carried part, a tree
+        branch's parent, an accepted draft); empty for rows generated from the prompt alone."""
+        return [r.meta["prefix"] for r in self.rollouts if isinstance(r, Rollout) and r.meta.get("prefix") is not None]
+
     def versions(self) -> dict[int, int]:
         """{oldest policy version among a rollout's tokens: number of rollouts} (staleness)."""
         out: dict[int, int] = {}

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 import torch
 
 from ..control.base import Assembled, Decision, Planner, StepContext, Wave
-from ..core.history import PromptHistory
+from ..core.history import GroupStats, PromptHistory
 from ..core.ledger import Ledger
-from ..core.types import Batch, Group, Request, Rollout
+from ..core.types import Batch, Group, Request
 from ..generate.engine import Finished, run_sync
 from .staleness import lag_metrics
 
@@ -41,6 +41,7 @@ class StepOutcome:
     stats: dict = field(default_factory=dict)  # the learner's
     staleness: dict = field(default_factory=dict)  # policy lag of the trained rollouts
     persist: dict = field(default_factory=dict)  # zero-variance persistence (PromptHistory)
+    visits: GroupStats | None = None  # this step's train groups as columns (what the history recorded)
 
     @property
     def batch(self) -> Batch:
@@ -74,7 +75,8 @@ class StepDriver:
                 events = self._stepwise(requests, wave.enough, wave.watch, wave.hidden)
                 groups = [e.group for e in events]
         self.ledger.charge(groups, sum(e.prompt_tokens for e in events))
-        self._drop_pruned(groups)
+        if wave is not None and wave.watch is not None:  # only a watcher's Decisions prune samples
+            self._drop_pruned(groups)
         self._generated += groups
         return groups
 
@@ -82,8 +84,8 @@ class StepDriver:
         """Rows pruned in flight are charged, settled as "pruned" and taken out of their (new) groups:
         they never reach the planner's filters, the advantages or the loss."""
         for g in groups:
-            pruned = [r for r in g.rollouts if r.status == "pruned"]
-            if pruned:
+            if "pruned" in g.statuses():
+                pruned = [r for r in g.rollouts if r.status == "pruned"]
                 self.ledger.settle([Group(g.prompt, pruned)], "open", "pruned")
                 g.rollouts = [r for r in g.rollouts if r.status != "pruned"]
 
@@ -223,8 +225,9 @@ class StepDriver:
         self.settle(assembled, ctx, partial=planner.partial)
         out = StepOutcome(assembled, self._generated)
         if self.history is not None:
-            out.persist = self.history.zero_variance_persistence(ctx.groups.values())  # before recording
-            self.history.record(ctx.groups.values(), ctx.step)
+            out.visits = GroupStats.of(ctx.groups.values())
+            out.persist = self.history.zero_variance_persistence(out.visits)  # before recording
+            self.history.record(out.visits, ctx.step)
         if self.measure_staleness:
             out.staleness = lag_metrics(assembled.batch, version)
         return out
@@ -238,7 +241,9 @@ class StepDriver:
         # partial rollouts: rows of groups still out wait as carried; rows too stale to resume are aborted
         led.settle(assembled.carried, "open", "carried")
         led.settle(assembled.dropped, "carried", "aborted")
-        trained_now = led.settle(batch.groups, "open", "trained") + led.settle(batch.groups, "carried", "trained")
+        trained_now = led.settle(batch.groups, "open", "trained")
+        if led.count(fate="carried") or led.count_rollouts(fate="carried"):  # partial rows of earlier steps
+            trained_now += led.settle(batch.groups, "carried", "trained")
         led.reused_tokens += sum(g.tokens for g in batch.groups) - _shared_twice(batch.groups) - trained_now
         in_batch = {id(g) for g in batch.groups}  # trained whole: nothing of theirs is left open
         led.settle([g for g in self._generated if id(g) not in in_batch], "open", NOT_TRAINED)
@@ -257,8 +262,7 @@ def _shared_twice(groups: list[Group]) -> int:
     seen: set[int] = set()
     twice = 0
     for g in groups:
-        for r in g.rollouts:
-            pre = r.meta.get("prefix") if isinstance(r, Rollout) else None
+        for pre in g.prefixes():
             while pre is not None:
                 if id(pre) in seen:
                     twice += pre.num_tokens  # this prefix and all its ancestors are held already

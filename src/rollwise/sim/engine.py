@@ -104,6 +104,20 @@ class SimGroup(Group):
             return [1.0] * self._c + [0.0] * (self._n - self._c)  # order is irrelevant to readers of counts
         return [r.reward for r in self._list]
 
+    def counts(self) -> tuple[int, int, int, float, bool]:
+        if self._list is not None:
+            return Group.counts(self)
+        n, c = self._n, self._c
+        return n, c, self._tok, self._ent / n if n else 0.0, n < 2 or c == 0 or c == n
+
+    def statuses(self) -> set[str]:
+        if self._list is None:  # the simulator's rounds are atomic: every sample it returns is done
+            return {"done"} if self._n else set()
+        return Group.statuses(self)
+
+    def prefixes(self) -> list:
+        return [] if self._list is None else Group.prefixes(self)  # light rollouts continue no prefix
+
     @property
     def zero_variance(self) -> bool:
         if self._list is None:  # rewards are 1.0 (correct) or 0.0
