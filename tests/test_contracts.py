@@ -298,8 +298,11 @@ def test_refill_counts_every_group_as_its_last_stage_left_it():
     from rollwise.control.base import Component
     from rollwise.control.dapo import DAPO
 
+    from rollwise.control.capabilities import Staged
+
     class SecondStageIfZeroVariance(Component):
         name = "second-stage"
+        declares = (Staged(),)
 
         def more(self, groups, ctx):
             return [Request(g.prompt, 4) for g in groups if g.n == 4 and g.zero_variance]
