@@ -7,7 +7,7 @@ short, and slow). It passes rollwise.testing.check_engine (tests/test_engine_con
 import torch
 import torch.nn.functional as F
 
-from rollwise.core.types import Group, Rollout
+from rollwise.core.types import Group, Lineage, Rollout
 from rollwise.generate.continuation import check_request, continued, length_reason, limits, status_of
 from rollwise.generate.engine import Finished, request_params
 
@@ -99,14 +99,14 @@ class NaiveEngine:
         lps = torch.tensor(row["logprobs"], dtype=torch.float32)
         ents = torch.tensor(row["entropy"], dtype=torch.float32)
         vers = torch.tensor(row["versions"] or [self.version], dtype=torch.long)
-        version, meta = int(vers[0]), {}
+        version, lineage = int(vers[0]), Lineage()
         versions = vers if len(set(row["versions"])) > 1 else None
         if req.prefix is not None:  # the prefix's tokens first, as continuation.py assembles them
             c = continued(req.prefix, toks, lps, ents, vers[:len(toks)])
-            toks, lps, ents, versions, meta = c.token_ids_T, c.logprobs_T, c.entropy_T, c.versions_T, c.meta
+            toks, lps, ents, versions, lineage = c.token_ids_T, c.logprobs_T, c.entropy_T, c.versions_T, c.lineage
             version = req.prefix.policy_version
         return Rollout(
             prompt_id=req.prompt.id, prompt_ids=lim.prompt_ids, token_ids_T=toks, logprobs_T=lps,
             text=self.policy.decode(toks.tolist()), finish_reason=row["reason"], policy_version=version,
             purpose=req.purpose, entropy=float(ents.mean()) if len(ents) else 0.0, status=status_of(row["reason"]),
-            temperature=t if t > 0 else 1.0, entropy_T=ents, versions_T=versions, meta=meta)
+            temperature=t if t > 0 else 1.0, entropy_T=ents, versions_T=versions, lineage=lineage)

@@ -8,7 +8,7 @@ import torch
 from rollwise.control.base import StepContext
 from rollwise.core.history import PromptHistory
 from rollwise.core.ledger import Ledger
-from rollwise.core.types import Group, Prompt, Rollout
+from rollwise.core.types import Group, Lineage, Prompt, Rollout
 from rollwise.generate.engine import Finished
 from rollwise.run.driver import StepDriver
 
@@ -243,11 +243,11 @@ class TokenEngine:
             status = {"eos": "done", "length": "done", "stop": "done", "budget": "partial", "aborted": "aborted",
                       "pruned": "pruned"}[state]
             toks, lps = torch.tensor(r["toks"], dtype=torch.long), torch.tensor(r["lps"])
-            versions, meta, pre = None, {"want": r["total"]}, q.prefix
+            versions, meta, pre, lineage = None, {"want": r["total"]}, q.prefix, Lineage()
             if pre is not None:
                 pv = pre.versions_T if pre.versions_T is not None else torch.full((pre.num_tokens,), pre.policy_version)
                 versions = torch.cat([pv, torch.full((len(toks),), self.version)])
-                meta.update(prefix=pre, tokens_by_kind={"decoded": len(toks)})
+                lineage = Lineage(prefix=pre, tokens_by_kind={"decoded": len(toks)})
                 toks, lps = torch.cat([pre.token_ids_T, toks]), torch.cat([pre.logprobs_T, lps])
             correct = False
             if status == "done" and self.correct is not None:
@@ -259,5 +259,5 @@ class TokenEngine:
                 correct = int((c + 1) * p + 1e-9) > int(c * p + 1e-9)
             out.append(Rollout(q.prompt.id, [1, 2], toks, lps, "x", state, pre.policy_version if pre else self.version,
                                q.purpose, reward=float(correct), correct=correct, status=status,
-                               versions_T=versions, meta=meta))
+                               versions_T=versions, meta=meta, lineage=lineage))
         return Finished(q, Group(q.prompt, out), 2 + (pre.num_tokens if (pre := q.prefix) else 0))

@@ -26,7 +26,7 @@ def test_group_statuses_and_prefixes():
     assert g.statuses() == {"done"} and g.prefixes() == [] and Group(Prompt(1, "", "")).statuses() == set()
     g.rollouts[1].status = "pruned"
     pre = make_group(0, [1]).rollouts[0]
-    g.rollouts[2].meta["prefix"] = pre  # a resumed row continues its carried part
+    g.rollouts[2].lineage.prefix = pre  # a resumed row continues its carried part
     assert g.statuses() == {"done", "pruned"} and g.prefixes() == [pre]
 
 
@@ -118,7 +118,7 @@ def test_ledger_budget_weights_draft_tokens_by_the_cost_ratio():
     token (here 8 accepted + 4 rejected) by the cost ratio; the accepted ones are also kind "draft"."""
     L = Ledger(draft_cost=0.25)
     g = make_group(0, [1], length=10)
-    g.rollouts[0].meta["tokens_by_kind"] = {"draft": 8, "decoded": 2}  # 8 accepted from a draft
+    g.rollouts[0].lineage.tokens_by_kind = {"draft": 8, "decoded": 2}  # 8 accepted from a draft
     L.verified_tokens += 12  # what the driver's verification pass charges
     L.charge([g, make_group(1, [1], length=4, purpose="eval")])
     assert L.budget_tokens() == 2 + round(0.25 * 12) and L.count(kind="draft") == 8
@@ -138,3 +138,31 @@ def test_rollout_state_roundtrip_keeps_reward_parts():
     assert back.reward == 0.5 and back.token_ids_T.tolist() == [0, 1] and back.logprobs_T.tolist() == [-0.5, -1.0]
     plain = Rollout.from_state({k: v for k, v in r.to_state().items() if k != "reward_parts"})
     assert plain.reward_parts is None  # states written before reward components existed still load
+
+
+def test_lineage_is_typed_and_old_meta_keys_name_it():
+    """Rollout lineage (prefix, tokens by kind, tree) is a typed field; the meta keys that held it before 0.4
+    are an error naming the field, and a checkpoint's rollout state from before 0.4 comes back into it."""
+    import torch
+
+    from rollwise.core.types import Lineage, Rollout
+
+    pre = Rollout(0, [1], torch.tensor([5, 6]), torch.tensor([-1.0, -2.0]), "x", "budget", 3, status="partial")
+    r = Rollout(0, [1], torch.tensor([5, 6, 7]), torch.tensor([-1.0, -2.0, -3.0]), "x", "eos", 3,
+                lineage=Lineage(prefix=pre, tokens_by_kind={"decoded": 1}, tree_path=(1, 0)))
+    with pytest.raises(KeyError, match=r"Rollout.meta\['prefix'\] moved to Rollout.lineage.prefix in 0.4"):
+        r.meta.get("prefix")
+    with pytest.raises(KeyError, match="moved to Rollout.lineage.tokens_by_kind"):
+        r.meta["tokens_by_kind"] = {"decoded": 1}
+    with pytest.raises(KeyError, match="moved to Rollout.lineage.share"):
+        Rollout(0, [1], torch.tensor([5]), torch.tensor([-1.0]), "x", "eos", 0, meta={"share": True})
+    back = Rollout.from_state(r.to_state())
+    assert back.lineage.prefix.token_ids_T.tolist() == [5, 6] and back.lineage.tree_path == (1, 0)
+    assert back.tokens_by_kind() == {"decoded": 1}
+    old = r.to_state()  # as a checkpoint before 0.4 held it: the lineage in meta, the prefix tagged
+    old["meta"] = {"prefix": old["lineage"]["prefix"], "tokens_by_kind": {"decoded": 1}, "tree": True,
+                   "tree_path": [1, 0], "is_weight": 0.5}
+    del old["lineage"]
+    was = Rollout.from_state(old)
+    assert was.lineage.prefix.token_ids_T.tolist() == [5, 6] and was.lineage.tree_path == (1, 0)
+    assert dict(was.meta) == {"is_weight": 0.5}

@@ -156,7 +156,7 @@ def test_how_a_row_ended_and_how_a_continuation_is_assembled():
     assert c.logprobs_T.tolist() == [-0.5, -0.5, -1.0, -2.0, -3.0]
     assert c.entropy_T.tolist() == [0.25, 0.25, 0.5, 0.5, 0.5]  # the prefix's mean where it kept none
     assert c.versions_T.tolist() == [1, 1, 2, 2, 2]
-    assert c.meta["prefix"] is pre and c.meta["tokens_by_kind"] == {"decoded": 3}
+    assert c.lineage.prefix is pre and c.lineage.tokens_by_kind == {"decoded": 3}
     assert continuation.continued(pre, torch.tensor([8]), torch.tensor([-1.0]), None, torch.tensor([2])).entropy_T is None
 
 

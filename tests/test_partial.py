@@ -28,7 +28,7 @@ def test_engine_budget_abort_and_resume_concatenate_tokens_and_versions():
     (part,) = eng.abort([1])
     r2 = part.group.rollouts[0]
     assert (r2.status, r2.num_tokens) == ("aborted", 6) and r2.token_ids_T.tolist() == [0, 1, 2, 3, 0, 1]
-    assert r2.versions_T.tolist() == [3, 3, 3, 3, 4, 4] and r2.meta["tokens_by_kind"] == {"decoded": 2}
+    assert r2.versions_T.tolist() == [3, 3, 3, 3, 4, 4] and r2.lineage.tokens_by_kind == {"decoded": 2}
     assert r2.logprobs_T[:4].tolist() == r.logprobs_T.tolist()  # the first segment's behaviour log-probs kept
     # the remaining budget shrinks with the prefix: 12 - 6 = 6 more at most, and the row wants 9 in all
     eng.update_weights(5)
@@ -156,7 +156,7 @@ def test_a_row_resumed_twice_survives_a_real_checkpoint_with_its_prefix_chain(tm
         opts = {"april": {"overprovision": 0.0, "segment_tokens": 4}}
         planner = build_planner("april", 6, ctx.rng, opts)
         step_all(planner, ctx, eng, 2)
-        assert any(r.meta.get("prefix") is not None for g in planner.carry.groups for r in g.rollouts)
+        assert any(r.lineage.prefix is not None for g in planner.carry.groups for r in g.rollouts)
         if restore:
             torch.save(to_plain(planner.state_dict()), tmp_path / "s.pt")
             state = from_plain(torch.load(tmp_path / "s.pt", weights_only=True))

@@ -113,8 +113,8 @@ def test_drafts_resume_from_the_first_rejection_and_are_charged_as_drafts():
     g0 = next(g for g in out.batch.groups if g.prompt.id == 0)
     resumed, whole = g0.rollouts
     assert resumed.num_tokens == 6 and resumed.token_ids_T[:2].tolist() == [5, 6]
-    assert resumed.meta["tokens_by_kind"] == {"decoded": 4}
-    assert resumed.meta["prefix"].meta["tokens_by_kind"] == {"draft": 2}
+    assert resumed.lineage.tokens_by_kind == {"decoded": 4}
+    assert resumed.lineage.prefix.lineage.tokens_by_kind == {"draft": 2}
     assert whole.token_ids_T.tolist() == b.tolist()
     assert (whole.text, whole.finish_reason, whole.status) == ("B", "eos", "done")
     # behaviour log-probs of the accepted tokens are the current policy's (the verification pass)

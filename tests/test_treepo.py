@@ -30,12 +30,12 @@ def nodes(group):
     for r in group.rollouts:
         while r is not None:
             out[id(r)] = r
-            r = r.meta.get("prefix")
+            r = r.lineage.prefix
     return list(out.values())
 
 
 def own_tokens(node):
-    pre = node.meta.get("prefix")
+    pre = node.lineage.prefix
     return node.num_tokens - (pre.num_tokens if pre is not None else 0)
 
 
@@ -44,13 +44,13 @@ def leaves_under(group, node):
         while r is not None:
             if r is node:
                 return True
-            r = r.meta.get("prefix")
+            r = r.lineage.prefix
         return False
     return sum(holds(r) for r in group.rollouts)
 
 
 def shape(group):
-    return sorted((r.meta["tree_path"], r.num_tokens, r.finish_reason) for r in group.rollouts)
+    return sorted((r.lineage.tree_path, r.num_tokens, r.finish_reason) for r in group.rollouts)
 
 
 def test_tree_shape_and_shared_tokens_by_hand():
@@ -75,16 +75,16 @@ def test_tree_shape_and_shared_tokens_by_hand():
 
 def test_leaves_train_as_full_sequences_with_their_own_logprobs_and_versions():
     batch, _, _ = tree_step([6, 10])
-    leaf = next(r for r in batch.groups[0].rollouts if r.meta["tree_path"] == (1, 0, 0))
-    mid = leaf.meta["prefix"]
-    root = mid.meta["prefix"]
-    assert (mid.meta["tree_path"], root.meta["tree_path"]) == ((1, 0), (1,))
+    leaf = next(r for r in batch.groups[0].rollouts if r.lineage.tree_path == (1, 0, 0))
+    mid = leaf.lineage.prefix
+    root = mid.lineage.prefix
+    assert (mid.lineage.tree_path, root.lineage.tree_path) == ((1, 0), (1,))
     assert torch.equal(leaf.token_ids_T[:8], mid.token_ids_T) and torch.equal(mid.token_ids_T[:4], root.token_ids_T)
     assert torch.equal(leaf.logprobs_T[:8], mid.logprobs_T) and leaf.logprobs_T.numel() == 10
     assert leaf.versions_T.tolist() == [0] * 10 and leaf.status == "done"
-    assert root.meta["share"] and not mid.meta.get("share")  # root 1 has two leaves under it, (1, 0) one
+    assert root.lineage.share and not mid.lineage.share  # root 1 has two leaves under it, (1, 0) one
     for g in batch.groups:  # shared = used by several leaves, exactly
-        assert all(bool(x.meta.get("share")) == (leaves_under(g, x) >= 2) for x in nodes(g))
+        assert all(bool(x.lineage.share) == (leaves_under(g, x) >= 2) for x in nodes(g))
 
 
 def test_siblings_share_one_parent_object_and_dapo_filtering_still_settles_every_token():
@@ -105,18 +105,18 @@ def test_fallback_cuts_finished_leaves_until_the_budget_is_full():
     batch, ctx, engine = tree_step([6], n=4, options={"branch": 1})
     for g in batch.groups:
         assert g.n == 4 and all(r.status == "done" for r in g.rollouts)
-        paths = [r.meta["tree_path"] for r in g.rollouts]
+        paths = [r.lineage.tree_path for r in g.rollouts]
         assert len(set(paths)) == 4 and paths[0] == (0, 0)  # the first leaf: root 0, its only branch
     led = ctx.ledger
     assert led.count(kind="shared") + led.count(kind="decoded") == engine.decoded
     assert led.count_rollouts() == 8
-    assert led.count(kind="shared") == sum(own_tokens(x) for g in batch.groups for x in nodes(g) if x.meta.get("share"))
+    assert led.count(kind="shared") == sum(own_tokens(x) for g in batch.groups for x in nodes(g) if x.lineage.share)
 
 
 def test_max_depth_runs_the_last_segment_to_the_end():
     batch, ctx, engine = tree_step([11, 11], n=4, options={"max_depth": 2}, max_tokens=12)
     for g in batch.groups:
-        assert {len(r.meta["tree_path"]) for r in g.rollouts} == {2} and {r.num_tokens for r in g.rollouts} == {11}
+        assert {len(r.lineage.tree_path) for r in g.rollouts} == {2} and {r.num_tokens for r in g.rollouts} == {11}
     assert ctx.ledger.count(kind="shared") + ctx.ledger.count(kind="decoded") == engine.decoded
 
 
@@ -142,7 +142,7 @@ def test_state_round_trips_and_resumes_exactly():
     b, _, _ = run_step(resumed, ctx2, engine2)
     assert [shape(g) for g in a.groups] == [shape(g) for g in b.groups]
     assert ctx.ledger.tokens == ctx2.ledger.tokens and ctx.ledger.rollouts == ctx2.ledger.rollouts
-    assert min(r.meta["tree_path"][0] for g in a.groups for r in g.rollouts if g.prompt.id in first) >= 1
+    assert min(r.lineage.tree_path[0] for g in a.groups for r in g.rollouts if g.prompt.id in first) >= 1
 
 
 def test_root_indices_are_unique_across_steps():
@@ -152,7 +152,7 @@ def test_root_indices_are_unique_across_steps():
     a, _, _ = run_step(planner, ctx, engine)
     ctx.step = 1
     b, _, _ = run_step(planner, ctx, engine)
-    roots = lambda batch: {r.meta["tree_path"][0] for g in batch.groups for r in g.rollouts}  # noqa: E731
+    roots = lambda batch: {r.lineage.tree_path[0] for g in batch.groups for r in g.rollouts}  # noqa: E731
     assert roots(a) == {0, 1} and roots(b) == {2, 3}
 
 
@@ -192,7 +192,7 @@ def test_tree_advantage_skips_flat_subgroups_on_request_and_is_rf_pp_baseline_wi
 def test_batch_input_carries_the_tree_paths():
     batch, _, _ = tree_step([6, 10])
     inp = batch_input(batch)
-    assert inp.tree_path_N == [r.meta["tree_path"] for g in batch.groups for r in g.rollouts]
+    assert inp.tree_path_N == [r.lineage.tree_path for g in batch.groups for r in g.rollouts]
     row = Rollout(0, [1], torch.tensor([1]), torch.tensor([-1.0]), "x", "eos", 0)
     plain = Batch([Group(Prompt(0, "q", "1"), [row])])
     assert batch_input(plain).tree_path_N == [()]
@@ -272,7 +272,7 @@ def test_composes_and_every_token_is_charged_once(spec):
     for s in range(4):
         ctx.step = s
         batch, _, _ = run_step(planner, ctx, engine, advance_version=True)
-        assert all(len({r.meta["tree_path"] for r in g.rollouts}) == g.n for g in batch.groups), spec
+        assert all(len({r.lineage.tree_path for r in g.rollouts}) == g.n for g in batch.groups), spec
     led = ctx.ledger
     assert led.count(kind="shared") + led.count(kind="decoded") == engine.decoded and led.count(fate="open") == 0
     assert led.count(kind="shared") > 0

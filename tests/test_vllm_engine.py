@@ -194,7 +194,7 @@ def test_abort_returns_partials_and_a_prefix_resumes_them():
     assert out[0].prompt_tokens == len(p.prompt_ids) + k
     assert mismatch(pol, [r], 1.0)["max_abs"] < LOGPROB_TOL  # same weights under both versions here
     # the resumed row carries its prefix and counts only its new tokens (the prefix was charged already)
-    assert r.meta["prefix"] is p and r.tokens_by_kind() == {"decoded": 16 - k}
+    assert r.lineage.prefix is p and r.tokens_by_kind() == {"decoded": 16 - k}
     # a segment budget: the row stops after 4 tokens as a partial to resume, not as a finished "length"
     (e,) = run_sync(eng, [Request(PROMPTS[0], 1, id=6, sampling=SamplingParams(segment_tokens=4))])
     seg = e.group.rollouts[0]
@@ -309,7 +309,7 @@ def test_treepo_branches_continue_their_parents_on_vllm():
     for r in leaves:
         node = r
         while node is not None:
-            pre = node.meta.get("prefix")
+            pre = node.lineage.prefix
             if pre is not None:
                 k = pre.num_tokens
                 assert torch.equal(node.token_ids_T[:k], pre.token_ids_T) and torch.equal(node.logprobs_T[:k], pre.logprobs_T)

@@ -36,12 +36,12 @@ rollwise's choices [INF]:
     samples of the prompt); the leaf to clone is taken in turn, the boundary drawn from a generator
     seeded by (seed, step), as is the random first width: reproducible, and a resumed run draws the same.
 
-Tree structure for the learner: every leaf carries `meta["tree_path"]` = (root sample, branch, ...),
+Tree structure for the learner: every leaf carries `lineage.tree_path` = (root sample, branch, ...),
 the root index unique among the prompt's samples of the whole run (so a leaf reused in a later step
 shares no subtree with new ones); the `treepo` advantage (learn/advantages.py) reads it.
 
 Cost: every node's segment is decoded once and charged once when it comes back. A node that several
-leaves continue (it has two branches or more, or a descendant has) is marked `meta["share"]`; the
+leaves continue (it has two branches or more, or a descendant has) is marked `lineage.share`; the
 ledger moves its tokens to kind "shared" when its first branch is charged. The budget counts "shared"
 as decoded (they were decoded, once). Each leaf counts as one rollout.
 """
@@ -71,7 +71,7 @@ class Tree:
 
     def add(self, parent: tuple, index: int, row: Rollout) -> None:
         path = parent + (index,)
-        row.meta["tree"], row.meta["tree_path"] = True, path
+        row.lineage.tree_path = path
         self.nodes[path] = row
         if row.status == "partial":
             self.deeper.append(row)
@@ -88,7 +88,7 @@ class Tree:
         counts[key] = first + k
         if parent and first + k >= 2:
             for d in range(len(parent), 0, -1):
-                self.nodes[parent[:d]].meta["share"] = True
+                self.nodes[parent[:d]].lineage.share = True
         return list(range(first, first + k))
 
 
@@ -161,12 +161,12 @@ class TreePO(Component):
         if deeper:  # "fixed_avg": an equal split, every path >= 1 (len(deeper) <= remaining always)
             total = min(remaining, self.branch * (len(deeper) + finished_now))
             base, extra = divmod(max(total, len(deeper)), len(deeper))
-            return [(t, row.meta["tree_path"], t.spawn(row.meta["tree_path"], base + (j < extra)))
+            return [(t, row.lineage.tree_path, t.spawn(row.lineage.tree_path, base + (j < extra)))
                     for j, row in enumerate(deeper)]
         cuts: dict[tuple, int] = {} if t.leaves else {(): remaining}  # no leaf at all: start over
         j = 0
         while t.leaves and remaining > 0:  # the fallback: leaves in turn, cut at a random segment boundary
-            path = t.leaves[j % len(t.leaves)].meta["tree_path"]
+            path = t.leaves[j % len(t.leaves)].lineage.tree_path
             j += 1
             parent = path[:int(self._rng.integers(0, len(path)))]  # (): fresh samples of the prompt
             k = min(self.branch, remaining)

@@ -73,6 +73,61 @@ class Request:
 _ROLLOUT_TAG = "__rollout__"  # marks a Rollout inside a rollout's meta in its plain state
 
 
+LINEAGE_KEYS = ("prefix", "tokens_by_kind", "tree_path", "share", "branched", "new_rollout")
+
+
+@dataclass(eq=False)
+class Lineage:
+    """Where a rollout's tokens came from (typed since 0.4; before, free-form `meta` keys).
+
+    `prefix`: the rollout this one continues (a resumed partial row, a TreePO branch's parent, an accepted
+    SPEC-RL draft): its tokens are this rollout's first ones, charged when it was generated.
+    `tokens_by_kind`: this rollout's own tokens by how they were produced ({"decoded": k}, {"draft": k},
+    {"shared": k}); None: all of them decoded. `tree_path`: a TreePO node's path (root sample, branch, ...);
+    None outside a tree. `share`: several leaves continue this node (its tokens count as shared).
+    `branched`: a branch already continues this node; `new_rollout`: 1 when this branch counts as a rollout
+    of its own (every branch after a node's first does)."""
+
+    prefix: "Rollout | None" = None
+    tokens_by_kind: dict | None = None
+    tree_path: tuple | None = None
+    share: bool = False
+    branched: bool = False
+    new_rollout: int = 0
+
+
+class Meta(dict):
+    """Rollout.meta: entries a planner attaches for itself or the learner (`is_weight`, a head's readings).
+    The lineage keys moved to `Rollout.lineage` in 0.4; using them here is an error naming the field."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for key in self:
+            self._moved(key)
+
+    def update(self, *args, **kwargs):
+        for key in dict(*args, **kwargs):
+            self._moved(key)
+        super().update(*args, **kwargs)
+
+    def _moved(self, key):
+        if key in LINEAGE_KEYS or key == "tree":
+            raise KeyError(f"Rollout.meta[{key!r}] moved to Rollout.lineage."
+                           f"{'tree_path' if key == 'tree' else key} in 0.4")
+
+    def __getitem__(self, key):
+        self._moved(key)
+        return super().__getitem__(key)
+
+    def __setitem__(self, key, value):
+        self._moved(key)
+        super().__setitem__(key, value)
+
+    def get(self, key, default=None):
+        self._moved(key)
+        return super().get(key, default)
+
+
 @dataclass
 class Rollout:
     """One sampled response.
@@ -103,7 +158,12 @@ class Rollout:
     temperature: float = 1.0  # the sampling temperature (the learner scores at the same one)
     entropy_T: torch.Tensor | None = None
     versions_T: torch.Tensor | None = None
-    meta: dict = field(default_factory=dict)
+    meta: dict = field(default_factory=lambda: Meta())  # what planners attach (is_weight, a head's readings)
+    lineage: Lineage = field(default_factory=lambda: Lineage())  # where its tokens came from
+
+    def __post_init__(self):
+        if type(self.meta) is not Meta:
+            self.meta = Meta(self.meta)
 
     @property
     def num_tokens(self) -> int:
@@ -114,18 +174,22 @@ class Rollout:
         return int(self.versions_T.min()) if self.versions_T is not None and self.versions_T.numel() else self.policy_version
 
     def tokens_by_kind(self) -> dict[str, int]:
-        """Tokens by how they were produced (all decoded unless an engine says otherwise in meta)."""
-        kinds = self.meta.get("tokens_by_kind")
+        """Its own tokens by how they were produced (all decoded unless its lineage says otherwise)."""
+        kinds = self.lineage.tokens_by_kind
         return dict(kinds) if kinds else {"decoded": self.num_tokens}
 
     def to_state(self) -> dict:
         """Plain python/numpy values, for planners that keep rollouts in their state_dict."""
         d = {f.name: (v.detach().cpu().numpy().copy() if isinstance(v, torch.Tensor)
                       else list(v) if isinstance(v, list) else dict(v) if isinstance(v, dict) else v)
-             for f in fields(self) for v in [getattr(self, f.name)]}
-        # a resumed row's carried prefix (meta["prefix"], a Rollout) is kept as its own state: settling
-        # the row later moves the prefix's tokens with it, so a checkpoint must not lose the chain
-        d["meta"] = {k: {_ROLLOUT_TAG: v.to_state()} if isinstance(v, Rollout) else v for k, v in d["meta"].items()}
+             for f in fields(self) if f.name != "lineage" for v in [getattr(self, f.name)]}
+        # a resumed row's carried prefix (a Rollout) is kept as its own state: settling the row later moves
+        # the prefix's tokens with it, so a checkpoint must not lose the chain
+        lin = self.lineage
+        d["lineage"] = {"prefix": None if lin.prefix is None else {_ROLLOUT_TAG: lin.prefix.to_state()},
+                        "tokens_by_kind": None if lin.tokens_by_kind is None else dict(lin.tokens_by_kind),
+                        "tree_path": None if lin.tree_path is None else list(lin.tree_path),
+                        "share": lin.share, "branched": lin.branched, "new_rollout": lin.new_rollout}
         return d
 
     @classmethod
@@ -144,9 +208,19 @@ class Rollout:
             kw["purpose"], kw["fate"] = "train", "discarded"
         if kw.get("fate") in (None, "open"):  # restored outside its step: never charged again
             kw["fate"] = "new"
-        if kw.get("meta"):
-            kw["meta"] = {k: cls.from_state(v[_ROLLOUT_TAG]) if isinstance(v, dict) and _ROLLOUT_TAG in v else v
-                          for k, v in kw["meta"].items()}
+        meta = dict(kw.get("meta") or {})
+        lin = dict(kw.get("lineage") or {})
+        for k in LINEAGE_KEYS:  # checkpoints from before 0.4 kept the lineage in meta
+            if k in meta:
+                lin[k] = meta.pop(k)
+        if meta.pop("tree", False) and lin.get("tree_path") is None:
+            lin["tree_path"] = ()
+        pre = lin.get("prefix")
+        if isinstance(pre, dict) and _ROLLOUT_TAG in pre:
+            lin["prefix"] = cls.from_state(pre[_ROLLOUT_TAG])
+        if lin.get("tree_path") is not None:
+            lin["tree_path"] = tuple(int(x) for x in lin["tree_path"])
+        kw["meta"], kw["lineage"] = meta, Lineage(**lin)
         return cls(**kw)
 
 
@@ -249,9 +323,9 @@ class Group:
         return {getattr(r, "status", "done") for r in self.rollouts}
 
     def prefixes(self) -> list:
-        """The prefixes its rollouts continue (`meta["prefix"]`: a resumed row's carried part, a tree
+        """The prefixes its rollouts continue (`lineage.prefix`: a resumed row's carried part, a tree
         branch's parent, an accepted draft); empty for rows generated from the prompt alone."""
-        return [r.meta["prefix"] for r in self.rollouts if isinstance(r, Rollout) and r.meta.get("prefix") is not None]
+        return [r.lineage.prefix for r in self.rollouts if isinstance(r, Rollout) and r.lineage.prefix is not None]
 
     def versions(self) -> dict[int, int]:
         """{oldest policy version among a rollout's tokens: number of rollouts} (staleness)."""
@@ -266,7 +340,7 @@ class Group:
         """Set a new fate on this group's rollouts of fate `frm`: `to` is a fate, or {purpose: fate}
         (purposes not in it stay). What moved is added to acc[(purpose, kind, from, to)] = [rollouts,
         tokens]: a rollout counts once, under the kind of its first token-kind entry. A resumed rollout
-        carries its own new tokens only and counts as no new rollout: its prefix (`meta["prefix"]`,
+        carries its own new tokens only and counts as no new rollout: its prefix (`lineage.prefix`,
         charged when generated and "carried" since) follows it to the same fate. A prefix that was
         never charged (a draft accepted by SPEC-RL's verification, fate "new") is charged with its
         continuation, as the rollout, and shares its fate from then on."""
@@ -281,10 +355,10 @@ class Group:
 def _move_rollout(r, frm: str, fate: str, acc: dict) -> None:
     """One rollout to a new fate (and its carried prefix chain with it), counted into acc."""
     r.fate = fate
-    pre = r.meta.get("prefix") if type(r) is Rollout else None
-    if pre is not None and frm == "new" and pre.meta.get("tree"):  # charging a branch of a tree (TreePO)
+    pre = r.lineage.prefix if type(r) is Rollout else None
+    if pre is not None and frm == "new" and pre.lineage.tree_path is not None:  # a branch of a tree (TreePO)
         _branch(r, pre, acc)
-    first = r.meta.get("new_rollout", 0) if pre is not None else 1
+    first = r.lineage.new_rollout if pre is not None else 1
     for kind, tok in r.tokens_by_kind().items():
         key = (r.purpose, kind, frm, fate)
         c = acc.get(key)
@@ -305,19 +379,19 @@ def _move_rollout(r, frm: str, fate: str, acc: dict) -> None:
 def _branch(r: Rollout, parent: Rollout, acc: dict) -> None:
     """A tree branch is being charged (TreePO). Every branch after a node's first is a rollout of its
     own (a tree of n leaves counts n rollouts), and the ancestors its planner marked as shared
-    (`meta["share"]`: several leaves use them) move their tokens, already charged as decoded, to kind
+    (`lineage.share`: several leaves use them) move their tokens, already charged as decoded, to kind
     "shared" the first time one of their branches is charged: decoded once, counted once."""
-    r.meta["new_rollout"] = int(parent.meta.get("branched", False))
-    parent.meta["branched"] = True
+    r.lineage.new_rollout = int(parent.lineage.branched)
+    parent.lineage.branched = True
     node = parent
     while node is not None:
         own = node.tokens_by_kind()
-        if node.meta.get("share") and node.fate == "open" and "shared" not in own:
+        if node.lineage.share and node.fate == "open" and "shared" not in own:
             for kind, tok in own.items():
                 _add_to(acc, (node.purpose, kind, "new", "open"), 0, -tok)
             _add_to(acc, (node.purpose, "shared", "new", "open"), 0, sum(own.values()))
-            node.meta["tokens_by_kind"] = {"shared": sum(own.values())}
-        node = node.meta.get("prefix")
+            node.lineage.tokens_by_kind = {"shared": sum(own.values())}
+        node = node.lineage.prefix
 
 
 def _add_to(acc: dict, key: tuple, n: int, tok: int) -> None:

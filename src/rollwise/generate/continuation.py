@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..core.types import Request, Rollout
+from ..core.types import Lineage, Request, Rollout
 
 # finish_reason -> Rollout status ("stop" and "pruned" come from Engine.stop)
 FINISH_STATUS = {"eos": "done", "length": "done", "stop": "done", "budget": "partial", "aborted": "aborted",
@@ -80,20 +80,20 @@ class Continued:
     logprobs_T: torch.Tensor
     entropy_T: torch.Tensor | None
     versions_T: torch.Tensor
-    meta: dict
+    lineage: Lineage
 
 
 def continued(pre: Rollout, tokens_T: torch.Tensor, logprobs_T: torch.Tensor, entropy_T: torch.Tensor | None,
               versions_T: torch.Tensor) -> Continued:
     """A continuation of `pre` with these k new tokens (their log-probs, entropies or None, versions):
     the prefix's values come first and are kept as they were. The rollout keeps the prefix's
-    policy_version (its first token's) and carries the prefix in meta; it adds only its k new tokens to
+    policy_version (its first token's) and carries the prefix in its lineage; it adds only its k new tokens to
     the ledger (the prefix was charged when it was generated)."""
     n = pre.num_tokens
     pv = pre.versions_T if pre.versions_T is not None else torch.full((n,), pre.policy_version, device="cpu")
     ents = torch.cat([prefix_entropy(pre), entropy_T]) if entropy_T is not None else None
     return Continued(torch.cat([pre.token_ids_T, tokens_T]), torch.cat([pre.logprobs_T, logprobs_T]), ents,
-                     torch.cat([pv, versions_T]), {"prefix": pre, "tokens_by_kind": {"decoded": len(tokens_T)}})
+                     torch.cat([pv, versions_T]), Lineage(prefix=pre, tokens_by_kind={"decoded": len(tokens_T)}))
 
 
 def prefix_entropy(pre: Rollout) -> torch.Tensor:

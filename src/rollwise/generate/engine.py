@@ -54,7 +54,7 @@ Continuing a partial (Request.prefix = a Rollout; continuation.py holds the rule
 the engine prefills prompt + prefix tokens and generates at most max_tokens - len(prefix) new tokens
 (cut to segment_tokens, at least 1, when set). The row it returns starts with the prefix's tokens,
 log-probs, entropies and versions unchanged, keeps the prefix's policy_version, and carries the prefix
-in meta["prefix"] with meta["tokens_by_kind"] = {"decoded": new tokens}. A prefix that already used
+in lineage.prefix with lineage.tokens_by_kind = {"decoded": new tokens}. A prefix that already used
 the whole budget comes back at once with no new tokens (finish "length"). `keep_kv=True` on such a
 request only lets an engine keep the row's KV for it (the torch engine's PrefixKV): the samples are
 the same either way.

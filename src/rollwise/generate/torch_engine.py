@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 
 from ..core.registry import register
-from ..core.types import Group, Request, Rollout
+from ..core.types import Group, Lineage, Request, Rollout
 from .continuation import check_request, continued, length_reason, limits, status_of
 from .engine import STOP_REASONS, Finished, request_params
 
@@ -475,10 +475,10 @@ class DecodeState:
             reason = "aborted"
         else:  # at its limit: its whole budget ("length") or its segment budget ("budget")
             reason = length_reason(k, full)
-        meta = {}
+        lineage = Lineage()
         if pre is not None:  # a resumed partial: the prefix's tokens come first, with their versions
             c = continued(pre, toks, lps, ents, torch.full((k,), self.version, device="cpu"))
-            toks, lps, ents, versions, meta = c.token_ids_T, c.logprobs_T, c.entropy_T, c.versions_T, c.meta
+            toks, lps, ents, versions, lineage = c.token_ids_T, c.logprobs_T, c.entropy_T, c.versions_T, c.lineage
             ent_mean = float(ents.mean()) if len(ents) else 0.0
         t = self.engine.params(req)[0]
         status = status_of(reason)
@@ -487,7 +487,7 @@ class DecodeState:
             text=self.pol.decode(toks.tolist()), finish_reason=reason,
             policy_version=pre.policy_version if pre is not None else self.version, purpose=req.purpose,
             entropy=ent_mean, status=status, temperature=t if t > 0 else 1.0, entropy_T=ents,
-            versions_T=versions, meta=meta)
+            versions_T=versions, lineage=lineage)
         kv = self.kept_kv.pop(row, None)
         if kv is not None and status == "partial":
             self.engine.prefix_kv.put(out, KVEntry(kv, self.context_len[row] + k - 1, self.version))

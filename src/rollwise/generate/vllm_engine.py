@@ -63,7 +63,7 @@ import weakref
 import torch
 
 from ..core.registry import register
-from ..core.types import Group, Request, Rollout
+from ..core.types import Group, Lineage, Request, Rollout
 from .continuation import check_request, continued, length_reason, limits, prefix_entropy, status_of
 from .engine import Finished, request_params
 
@@ -432,10 +432,10 @@ class VLLMEngine:
         reason = live.reason[i]
         status = status_of(reason)
         pre = req.prefix
-        meta = {}
+        lineage = Lineage()
         if pre is not None:  # a resumed partial: the prefix's tokens come first, with their versions
             c = continued(pre, toks, lps, ents, versions if versions is not None else torch.full((len(toks),), version))
-            toks, lps, ents, versions, meta = c.token_ids_T, c.logprobs_T, c.entropy_T, c.versions_T, c.meta
+            toks, lps, ents, versions, lineage = c.token_ids_T, c.logprobs_T, c.entropy_T, c.versions_T, c.lineage
             version = pre.policy_version
         if ents is not None:
             ent_mean = float(ents.mean()) if len(ents) else 0.0
@@ -446,4 +446,4 @@ class VLLMEngine:
             prompt_id=req.prompt.id, prompt_ids=live.prompt_ids, token_ids_T=toks, logprobs_T=lps,
             text=pol.decode(toks.tolist()), finish_reason=reason, policy_version=version, purpose=req.purpose,
             entropy=ent_mean, status=status, temperature=t if t > 0 else 1.0, entropy_T=ents,
-            versions_T=versions, meta=meta)
+            versions_T=versions, lineage=lineage)

@@ -16,7 +16,7 @@ Conventions shared by every estimator here:
   is refused when its config loads; `needs_groups=False`: it learns from single rollouts.
 - `batch_input(batch)` fills every input a Batch itself holds: PVPO's reference pass rates when a
   planner measured them, GD2PO's reward components when every rollout carries them, TreePO's node
-  paths (`Rollout.meta["tree_path"]`). State kept across
+  paths (`Rollout.lineage.tree_path`). State kept across
   batches (MSSR's tracked baseline) comes from a *tracker* the estimator declares with `@tracks`; the
   learner owns it (see `tracks`). An estimator whose input is missing raises ValueError naming it.
 - Provenance tags: CODE = official code read, ABS = paper abstract, SEC = secondary summary,
@@ -78,7 +78,7 @@ def batch_input(batch: Batch) -> AdvInput:
                         else torch.full((r.num_tokens,), r.entropy, device="cpu") for r in rollouts]),
         ref_pass_rate_G=None if ref_G.isnan().all() else ref_G,
         reward_parts_NK=parts_NK,
-        tree_path_N=[tuple(getattr(r, "meta", {}).get("tree_path", ())) for r in rollouts])
+        tree_path_N=[tuple(getattr(getattr(r, "lineage", None), "tree_path", None) or ()) for r in rollouts])
 
 
 def tracks(factory):
@@ -259,7 +259,7 @@ def treepo(inp: AdvInput, weight: str = "average", skip_flat: bool = False) -> t
     compute_tree_reinforce_plus_plus_baseline_outcome_advantage]
 
     Leaf i of a prompt's tree has the node path p_i = (root sample, branch, branch, ...)
-    (`Rollout.meta["tree_path"]`, set by the `treepo` planner). For depth d = 0 (the whole group) and
+    (`Rollout.lineage.tree_path`, set by the `treepo` planner). For depth d = 0 (the whole group) and
     every d >= 1 whose subgroup S_d(i) = {leaves j of the group with p_j[:d] = p_i[:d]} has more than one
     leaf, the term r_i - mean_{S_d(i)} r; with `weight` "average" (the recipe's setting, B2 (d)) A_i is
     the mean of the terms, with "group_size" their mean weighted by |S_d(i)| (the function's default).

@@ -60,7 +60,7 @@ def replay_copy(r: Rollout, age: int) -> Rollout:
     if not isinstance(r, Rollout):
         return replace(r)
     return replace(r, token_ids_T=r.token_ids_T.clone(), logprobs_T=r.logprobs_T.clone(),
-                   prompt_ids=list(r.prompt_ids), meta={**r.meta, "replay_age": int(age)})
+                   prompt_ids=list(r.prompt_ids), meta={**r.meta, "replay_age": int(age)}, lineage=replace(r.lineage))
 
 
 @register("planner", "popo", provenance="ABS+INF",

@@ -52,7 +52,7 @@ import torch
 from ..control.base import Component, StepContext
 from ..control.capabilities import Speculator
 from ..core.registry import register
-from ..core.types import Group, Request, Rollout
+from ..core.types import Group, Lineage, Request, Rollout
 
 MEASURED_DRAFT_COST = 0.566  # benchmarks/results/prefill_decode_ratio.json: "draft_cost" (L = 10, 256 rows)
 
@@ -208,7 +208,7 @@ class SpecRL(Component):
             logprobs_T=logp_T[:n].clone(), text=d.text if whole else "",
             finish_reason=d.finish_reason if whole else "budget", policy_version=version, purpose=req.purpose,
             entropy=float(ent_T[:n].mean()), status="done" if whole else "partial", temperature=d.temperature,
-            entropy_T=ent_T[:n].clone(), meta={"tokens_by_kind": {"draft": n}})
+            entropy_T=ent_T[:n].clone(), lineage=Lineage(tokens_by_kind={"draft": n}))
 
     # ---- the store: refreshed with every trained group ------------------------------------------
     def observe(self, groups: list[Group], batch, ctx: StepContext) -> None:

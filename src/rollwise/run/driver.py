@@ -268,5 +268,5 @@ def _shared_twice(groups: list[Group]) -> int:
                     twice += pre.num_tokens  # this prefix and all its ancestors are held already
                     break
                 seen.add(id(pre))
-                pre = pre.meta.get("prefix")
+                pre = pre.lineage.prefix
     return twice

@@ -243,9 +243,9 @@ class _Kit:
         got = row.versions_T.tolist() if row.versions_T is not None else [row.policy_version] * row.num_tokens
         _require(got == want, rule, f"{where}: token versions {got}, expected {want} (the prefix's, then the "
                  "engine's version)")
-        _require(row.meta.get("prefix") is pre, rule, f"{where}: meta['prefix'] must be the continued rollout")
-        _require(row.meta.get("tokens_by_kind") == {"decoded": new}, rule,
-                 f"{where}: meta['tokens_by_kind'] is {row.meta.get('tokens_by_kind')}, expected {{'decoded': {new}}} "
+        _require(row.lineage.prefix is pre, rule, f"{where}: lineage.prefix must be the continued rollout")
+        _require(row.lineage.tokens_by_kind == {"decoded": new}, rule,
+                 f"{where}: lineage.tokens_by_kind is {row.lineage.tokens_by_kind}, expected {{'decoded': {new}}} "
                  "(a continuation is charged its new tokens only)")
 
     # ---- the checks ------------------------------------------------------------------------------
