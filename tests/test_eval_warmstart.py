@@ -89,3 +89,23 @@ def test_cli_warmstart_refuses_to_overwrite(tmp_path):
     res = subprocess.run([sys.executable, "-m", "rollwise.cli", "warmstart", "--out", str(tmp_path / "x")],
                          capture_output=True, text=True)
     assert res.returncode == 2 and "not empty" in res.stderr and (tmp_path / "x" / "keep.txt").read_text() == "mine"
+
+
+def test_cli_eval_takes_a_run_directory(tmp_path, small_policy, cache_dir):
+    """`rollwise eval --model RUN_DIR` (what `export` accepts) evaluates the run's latest model, instead of
+    failing on the run's config.json as if it were a tokenizer's directory."""
+    import os
+
+    from conftest import SMALL
+
+    run = tmp_path / "run"
+    env = {**os.environ, "ROLLWISE_CACHE": str(cache_dir)}
+    args = [sys.executable, "-m", "rollwise.cli", "train", "--steps", "1", "--out", str(run)]
+    for k, v in {**SMALL, "eval_every": 0}.items():
+        args += ["--set", f"{k}={json.dumps(v)}"]
+    subprocess.run(args, capture_output=True, text=True, check=True, env=env)
+    res = subprocess.run([sys.executable, "-m", "rollwise.cli", "eval", "--model", str(run), "--size", "5"],
+                         capture_output=True, text=True, env=env)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["prompts"] == 5 and 0.0 <= out["eval_acc"] <= 1.0

@@ -2,15 +2,25 @@
 reward scorer and its engine."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from ..core import registry
 from ..policy.policy import Policy
 from ..tasks.reward import Scorer, builtin_reward
 from .config import Config
 
 
+def run_model(path):
+    """A run directory -> the model directory its checkpoints save (`<run>/model`); any other path as given."""
+    p = Path(path)
+    return p / "model" if (p / "model").is_dir() and (p / "metrics.jsonl").exists() else path
+
+
 def load_policy(path) -> Policy:
     """Policy.load, any failure to read the directory (a missing or damaged weights file, a config that
-    does not fit) as one error naming it."""
+    does not fit) as one error naming it. A run directory (metrics.jsonl and the model/ its checkpoints
+    save) stands for its latest model, as `rollwise export` takes it."""
+    path = run_model(path)
     try:
         return Policy.load(path)
     except (ValueError, OSError) as e:
