@@ -214,3 +214,19 @@ def test_dotted_planner_options_reach_only_their_planners_and_a_stray_one_is_ref
     with pytest.raises(ValueError, match="treepo is in none of the bench's planners"):
         run_all(stray, log=lambda m: None)
     assert not (tmp_path / "b" / "runs").exists()
+
+
+def test_a_trainers_warnings_reach_the_bench(tmp_path):
+    """The bench reads each run's `warning:` lines from its own part of train.log (a resumed bench appends),
+    so a run whose reward failed on every call is said, not reported as a plain result."""
+    from rollwise.bench.runner import trainer_warnings
+
+    log = tmp_path / "train.log"
+    log.write_text("warning: step 1: the reward function failed on 8 of 8 calls\nold run\n")
+    start = log.stat().st_size
+    with open(log, "a") as f:
+        f.write("resuming\nwarning: step 3: the reward function failed on 8 of 8 calls\nstep 3 ok\n"
+                "warning: step 3: the reward function failed on 8 of 8 calls\nwarning: no variance\n")
+    assert trainer_warnings(log, start) == ["warning: step 3: the reward function failed on 8 of 8 calls",
+                                            "warning: no variance"]
+    assert trainer_warnings(log)[0].startswith("warning: step 1") and trainer_warnings(tmp_path / "none") == []

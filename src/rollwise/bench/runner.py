@@ -238,8 +238,25 @@ def _run_all(cfg: BenchConfig, log) -> None:
                 proc.kill()
 
 
+def trainer_warnings(log_path: Path, start: int = 0) -> list[str]:
+    """The `warning:` lines a trainer wrote to its log from byte `start` on (each once, in order)."""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(start)
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return []
+    out: list[str] = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("warning:") and line not in out:
+            out.append(line)
+    return out
+
+
 def _run_processes(cfg: BenchConfig, todo: list, running: list, env: dict, log) -> None:
     failures = []
+    starts: dict = {}
     last_progress = time.perf_counter()
     while todo or running:
         while todo and len(running) < cfg.jobs:
@@ -247,6 +264,7 @@ def _run_processes(cfg: BenchConfig, todo: list, running: list, env: dict, log) 
             d = run_dir(cfg, *key)
             d.mkdir(parents=True, exist_ok=True)
             logf = open(d / "train.log", "a")
+            starts[key] = logf.tell()  # this run's part of the log begins here (a resumed bench appends)
             proc = subprocess.Popen(run_command(cfg, *key), stdout=logf, stderr=subprocess.STDOUT,
                                     env={**env, "ROLLWISE_PARENT_PID": str(os.getpid())})
             running.append((proc, key, time.perf_counter()))
@@ -261,8 +279,13 @@ def _run_processes(cfg: BenchConfig, todo: list, running: list, env: dict, log) 
                 continue
             running.remove(item)
             d = run_dir(cfg, *key)
+            warnings = trainer_warnings(d / "train.log", starts.pop(key, 0))
+            for w in warnings[:3]:  # a run whose reward failed must not pass as a plain result
+                log(f"bench: {key[0]}/{key[1]}/seed{key[2]}: {w}")
+            if len(warnings) > 3:
+                log(f"bench: {key[0]}/{key[1]}/seed{key[2]}: {len(warnings) - 3} more warnings in {d / 'train.log'}")
             if proc.returncode == 0:
-                (d / "done.json").write_text(json.dumps({"seconds": time.perf_counter() - t0}))
+                (d / "done.json").write_text(json.dumps({"seconds": time.perf_counter() - t0, "warnings": warnings}))
                 log(f"bench: done {key[0]}/{key[1]}/seed{key[2]} in {time.perf_counter() - t0:.0f}s")
             else:
                 failures.append(key)
