@@ -66,13 +66,17 @@ def test_arithmetic_level_1_is_shared_in_proportion_and_noted():
     assert task.level_supply()[1] == 155
     h1 = sum(p.level == 1 for p in ArithmeticTask().heldout())  # 105 of the 1000 held-out prompts
     ask_v = 200 * h1 / 1000  # validation's natural share of level 1
-    ask = 2000 / 6 + 2 * ask_v  # train (uniform levels) + validation + test
+    ask = 2000 / 6 + 2 * ask_v  # the default train pool (2000, uniform levels) + validation + test
     cap = int(155 * ask_v / ask)  # 155 * 21 / 375.3 -> 8
     assert cap == 8
     for split in ("validation", "test"):
         prompts = task.split_prompts(split)
         assert len(prompts) == 200 and sum(p.level == 1 for p in prompts) == cap
     assert any("level 1 has 155 distinct prompts" in n and "in proportion" in n for n in task.notes())
+    # the held-out splits do not move with the run's pool (its size or mix): every bench tests alike
+    other = ArithmeticTask(data_seed=0, validation_size=200, test_size=200, pool_size=300,
+                           level_weights=(4, 4, 2, 1, 0.5, 0.5))
+    assert digest(other.split_prompts("test")) == digest(task.split_prompts("test"))
     train_l1 = sum(p.level == 1 for p in task.train_pool())
     before_l1 = sum(p.level == 1 for p in ArithmeticTask().train_pool())
     assert train_l1 > before_l1  # the pool keeps most of level 1 (before splits: what the held-out set left)

@@ -14,13 +14,14 @@ that order, a prompt goes to validation until it has `validation_size`, then to 
 A level with few distinct prompts (arithmetic level 1 has 155) would otherwise lose most of them to the
 held-out splits. Where a level's distinct prompts are fewer than what the train pool, validation and test
 ask of it, they are shared in proportion to those asks (the held-out parts rounded down, the rest left
-to train), and the task's `notes()` say so.
+to train), and the task's `notes()` say so. The train pool's ask is that of the task's default pool
+(its size, uniform levels), so the held-out splits of a data seed are the same whatever pool a run uses.
 """
 from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
@@ -144,8 +145,10 @@ class DrawnSplits:
         if "carved" not in self._cache:
             uni = self._universe()
             v, t = split_sizes(len(uni), self.validation_size, self.test_size)
-            w = np.asarray(self.level_weights, dtype=float)
-            asks = {lv: self.pool_size * wi / w.sum() for lv, wi in zip(self.levels, w)}
+            # what the task's default train pool (uniform levels) asks of each level: the held-out splits
+            # then do not move with a run's pool size or mix, so every bench on a data seed tests alike
+            pool = next(f.default for f in fields(self) if f.name == "pool_size")
+            asks = {lv: pool / len(self.levels) for lv in self.levels}
             self._cache["carved"] = carve([p.text for p in uni], [p.level for p in uni], self.data_seed, v, t,
                                           asks, self.level_supply(), "held-out set the base avoids")
         return self._cache["carved"]
