@@ -133,6 +133,11 @@ def test_a_tiny_plan_runs_end_to_end_resumes_and_refuses_a_changed_plan(tmp_path
     assert (out / "plan.yaml").read_text() == PLAN
     digest = (out / "plan.sha256").read_text().split()[0]
     assert digest == planmod.sha256(PLAN.encode())
+    # the record names the data seed and split: the plan's, and every run's own settings
+    record = json.loads((out / "plan_record.json").read_text())
+    assert record["task_options"] == {"data_seed": 0, "split": "validation"}
+    runs = [json.loads(b.read_text())["settings"]["task_options"] for b in out.rglob("bench.json")]
+    assert len(runs) == 18 and all((o["data_seed"], o["split"]) == (0, "validation") for o in runs)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["family_size"] == 2 and summary["kind"] == "exploratory"
     arms = summary["arms"]
