@@ -21,7 +21,7 @@ arms:
   greso: {planner: greso}
 seeds: [0, 1, 2, 3, 4, 5]
 budget: {compute_units: 4000, profile: gpu-h100-v1, tokens: 6000}
-evaluation: {split: test, size: 200, evaluations: 3, primary: greedy}
+evaluation: {split: validation, size: 200, evaluations: 3, primary: greedy}
 family: [grpo-aa, greso]
 decision: {alpha: 0.05, goal_ratio: 3}
 """
@@ -70,10 +70,59 @@ def test_a_bad_plan_is_one_line_naming_the_problem(tmp_path, capsys, change, mes
     assert not (tmp_path / "out").exists()  # nothing recorded, nothing run
 
 
-def test_data_seed_is_refused_where_the_task_has_no_splits_yet(tmp_path, capsys):
-    f = write(tmp_path, PLAN.replace("data_seed: 0", "data_seed: 3"))
-    assert main(["bench", "--plan", str(f), "--out", str(tmp_path / "out")]) == 2
-    assert "has no data splits by data seed yet" in capsys.readouterr().err
+def test_data_seed_is_refused_where_the_task_has_no_splits_yet(monkeypatch):
+    from dataclasses import dataclass, replace
+
+    from rollwise.core import registry
+
+    @dataclass
+    class NoSplits:  # a task with one held-out set (no data_seed option)
+        pool_size: int = 10
+
+    real = registry.get
+    monkeypatch.setattr(registry, "get", lambda kind, name: type("E", (), {"obj": NoSplits})()
+                        if (kind, name) == ("task", "nosplits") else real(kind, name))
+    plan = replace(planmod.parse_plan(PLAN), task="nosplits")
+    assert planmod.task_options(plan) == {} and "one held-out set" in planmod.data_split_note(plan)
+    with pytest.raises(planmod.PlanError, match="has no data splits by data seed yet"):
+        planmod.task_options(replace(plan, data_seed=3))
+
+
+def test_plans_pass_their_data_seed_and_split_to_tasks_that_split():
+    p = planmod.parse_plan(PLAN.replace("data_seed: 0", "data_seed: 7"))
+    assert p.split == "validation"  # exploratory: validation
+    assert planmod.task_options(p) == {"data_seed": 7, "split": "validation"}
+    for task in ("chain", "file", "reasoning-gym"):
+        assert planmod.task_options(replace_task(p, task)) == {"data_seed": 7, "split": "validation"}
+    assert planmod.data_split_note(p) == "data seed 7, validation split"
+    confirm = planmod.parse_plan(PLAN.replace("kind: exploratory", "kind: confirmatory\nchosen_from: runs X")
+                                 .replace("split: validation, ", "").replace("[0, 1, 2, 3, 4, 5]", "{start: 1000, count: 8}"))
+    assert confirm.split == "test" and planmod.task_options(confirm)["split"] == "test"
+
+
+def replace_task(plan, task):
+    from dataclasses import replace
+
+    return replace(plan, task=task)
+
+
+@pytest.mark.parametrize("change, message", [
+    (("split: validation", "split: test"), "a plan of kind exploratory reads the validation split, not test"),
+    (("primary: greedy", "primary: sampled"), "primary 'sampled' (the mean accuracy of samples at the training "
+                                               "temperature) needs samples >= 1"),
+])
+def test_plan_evaluation_rules(change, message):
+    with pytest.raises(planmod.PlanError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        planmod.parse_plan(PLAN.replace(*change))
+
+
+def test_the_sampled_primary_figure_reads_the_mean_accuracy_of_samples(tmp_path):
+    p = planmod.parse_plan(PLAN.replace("engine: sim\n", "").replace("primary: greedy", "primary: sampled, samples: 8"))
+    assert p.metric() == "eval_sampled_acc@8" and p.samples_per_prompt() == 8
+    extra = planmod.arm_config(p, "grpo", tmp_path).extra
+    assert extra["eval_samples"] == 8 and "eval_k" not in extra
+    p = planmod.parse_plan(PLAN.replace("primary: greedy", "primary: pass@k, k: 4, samples: 16"))
+    assert p.metric() == "eval_pass@4" and p.samples_per_prompt() == 16
 
 
 def test_a_tiny_plan_runs_end_to_end_resumes_and_refuses_a_changed_plan(tmp_path, capsys):
@@ -84,6 +133,11 @@ def test_a_tiny_plan_runs_end_to_end_resumes_and_refuses_a_changed_plan(tmp_path
     assert (out / "plan.yaml").read_text() == PLAN
     digest = (out / "plan.sha256").read_text().split()[0]
     assert digest == planmod.sha256(PLAN.encode())
+    # the record names the data seed and split: the plan's, and every run's own settings
+    record = json.loads((out / "plan_record.json").read_text())
+    assert record["task_options"] == {"data_seed": 0, "split": "validation"}
+    runs = [json.loads(b.read_text())["settings"]["task_options"] for b in out.rglob("bench.json")]
+    assert len(runs) == 18 and all((o["data_seed"], o["split"]) == (0, "validation") for o in runs)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["family_size"] == 2 and summary["kind"] == "exploratory"
     arms = summary["arms"]
@@ -138,7 +192,7 @@ def test_dry_run_prints_core_hours_and_runs_nothing(tmp_path, capsys):
 
 def test_a_confirmatory_plan_must_be_committed_before_its_runs(tmp_path, capsys):
     text = PLAN.replace("kind: exploratory", "kind: confirmatory\nchosen_from: validation runs X").replace(
-        "seeds: [0, 1, 2, 3, 4, 5]", "seeds: {start: 1000, count: 7}")
+        "seeds: [0, 1, 2, 3, 4, 5]", "seeds: {start: 1000, count: 7}").replace("split: validation", "split: test")
     f = write(tmp_path, text)
     assert main(["bench", "--plan", str(f), "--out", str(tmp_path / "out")]) == 2
     assert "committed to git" in capsys.readouterr().err
@@ -154,7 +208,8 @@ def test_plan_flags_that_the_plan_sets_are_refused(tmp_path, capsys):
 
 
 def test_a_confirmatory_plan_with_too_few_seeds_for_its_family_is_refused(tmp_path):
-    text = PLAN.replace("kind: exploratory", "kind: confirmatory\nchosen_from: validation runs X")
+    text = PLAN.replace("kind: exploratory", "kind: confirmatory\nchosen_from: validation runs X").replace(
+        "split: validation", "split: test")
     # family of 2 at 0.05: 2/2^k <= 0.025 needs k >= 7; the plan has 6
     with pytest.raises(planmod.PlanError, match="needs 7..16 seeds .* got 6"):
         planmod.parse_plan(text)

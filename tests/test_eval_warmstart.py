@@ -14,8 +14,40 @@ def test_pass_at_k_unbiased_estimator():
     assert pass_at_k(8, 0, 4) == 0.0 and pass_at_k(8, 8, 4) == 1.0 and pass_at_k(8, 5, 4) == 1.0  # n - c < k
     assert pass_at_k(8, 2, 1) == pytest.approx(2 / 8)
     assert pass_at_k(8, 2, 4) == pytest.approx(1 - comb(6, 4) / comb(8, 4))  # 1 - 15/70
+    assert pass_at_k(5, 2, 2) == pytest.approx(0.7)  # 1 - C(3,2)/C(5,2) = 1 - 3/10
+    assert pass_at_k(4, 1, 2) == pytest.approx(0.5)  # 1 - C(3,2)/C(4,2) = 1 - 3/6
     with pytest.raises(ValueError):
         pass_at_k(2, 1, 4)
+
+
+def test_sampled_accuracy_and_pass_at_k_aggregate_per_prompt(small_policy):
+    """A reward that accepts any response to 3 of 10 prompts: every sample of those is correct, so the
+    sampled accuracy is 0.3, pass@2 is 0.3, and the standard error is the s.d. of [1,1,1,0,...] / sqrt(10)."""
+    _, policy, task = small_policy
+    prompts = task.heldout()[:10]
+    lucky = {p.answer for p in prompts[:3]}
+    scorer = Scorer(lambda response, answer: 1.0 if answer in lucky else 0.0)
+    if len(lucky) < 3 or any(p.answer in lucky for p in prompts[3:]):
+        pytest.skip("the held-out answers repeat")
+    out = evaluate(policy, prompts, scorer, None, max_new_tokens=4, k=2, n_samples=4)
+    assert out["eval_sampled_acc@4"] == pytest.approx(0.3) and out["eval_pass@2"] == pytest.approx(0.3)
+    assert out["eval_sampled_se@4"] == pytest.approx((10 * 0.3 * 0.7 / 9) ** 0.5 / 10 ** 0.5)
+    only = evaluate(policy, prompts, scorer, None, max_new_tokens=4, n_samples=3)  # sampled accuracy alone
+    assert only["eval_sampled_acc@3"] == pytest.approx(0.3) and not any(k.startswith("eval_pass@") for k in only)
+
+
+def test_sampled_evaluation_is_deterministic_under_its_seed(small_policy):
+    _, policy, task = small_policy
+
+    def sampled(seed):
+        seen = []
+        scorer = Scorer(lambda response, answer: (seen.append(response), task.verify(response, answer))[1])
+        out = evaluate(policy, task.heldout()[:12], scorer, None, max_new_tokens=8, n_samples=4, seed=seed)
+        return out["eval_sampled_acc@4"], seen
+
+    acc, responses = sampled(7)
+    assert sampled(7) == (acc, responses) and len(responses) == 12 + 48
+    assert sampled(8)[1] != responses  # the seed draws the samples
 
 
 def test_base_checkpoint_is_cached_and_reports_levels(small_policy, cache_dir):

@@ -100,3 +100,16 @@ def test_recorded_config_reruns_the_run(tmp_path, small_policy, cache_dir):
                          capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     assert strip(read(tmp_path / "a" / "metrics.jsonl")) == strip(read(tmp_path / "b" / "metrics.jsonl"))
+
+
+def test_sampled_evaluation_leaves_training_unchanged(tmp_path, small_policy):
+    """Sampled evaluation (eval_samples, pass@k) has its own engine and generator: turning it on changes
+    the evaluation rows' fields and nothing the training wrote."""
+    plain = strip(Trainer(small_cfg(tmp_path / "plain", steps=4, eval_every=1)).run())
+    sampled = strip(Trainer(small_cfg(tmp_path / "sampled", steps=4, eval_every=1, eval_samples=3, eval_k=2)).run())
+    assert all("eval_sampled_acc@3" in r and "eval_pass@2" in r for r in sampled)
+    new = {"eval_sampled_acc@3", "eval_sampled_se@3", "eval_pass@2", "tokens_eval", "rollouts_eval",
+           "tok/eval/scored/decoded"}  # the eval rows' own fields and the eval token counts (off budget)
+    for a, b in zip(plain, sampled, strict=True):
+        differ = {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)}
+        assert differ <= new, sorted(differ - new)

@@ -228,7 +228,7 @@ def main(argv=None) -> int:
     pe.add_argument("--model")
     pe.add_argument("--size", type=int, default=0, help="held-out prompts (0 = all)")
     pe.add_argument("--k", type=int, default=0, help="pass@k (0 = off)")
-    pe.add_argument("--samples", type=int, default=0, help="samples per prompt for pass@k")
+    pe.add_argument("--samples", type=int, default=0, help="samples per prompt at the run's temperature: their mean accuracy, and pass@k from them")
     pe.add_argument("--reward", help="score with this reward ('module:function' or 'math'), as a run does")
     pe.add_argument("--set", action="append", default=[])
     pw = sub.add_parser("warmstart", help="build a task's base checkpoint by a supervised warm start "

@@ -26,6 +26,7 @@ from .runner import BenchConfig, safe_name
 KINDS = ("exploratory", "confirmatory")
 PRIMARY = ("greedy", "pass@k", "sampled")
 SPLITS = ("test", "validation")
+KIND_SPLIT = {"exploratory": "validation", "confirmatory": "test"}  # tuning reads validation, reports read test
 TOP_FIELDS = {"name", "kind", "task", "data_seed", "baseline", "arms", "seeds", "budget", "evaluation", "family",
               "decision", "chosen_from", "engine", "sim_profile", "pool_size", "notes"}
 REQUIRED = ("name", "kind", "task", "data_seed", "baseline", "arms", "seeds", "budget", "evaluation", "family",
@@ -71,8 +72,13 @@ class Plan:
     pool_size: int = 300
 
     def metric(self) -> str:
-        """The metrics-row field the primary figure reads."""
-        return {"greedy": "eval_acc", "pass@k": f"eval_pass@{self.eval_k}", "sampled": "eval_pass@1"}[self.primary]
+        """The metrics-row field the primary figure reads (run/evaluate.py writes them)."""
+        return {"greedy": "eval_acc", "pass@k": f"eval_pass@{self.eval_k}",
+                "sampled": f"eval_sampled_acc@{self.samples_per_prompt()}"}[self.primary]
+
+    def samples_per_prompt(self) -> int:
+        """Samples per held-out prompt at the training temperature (0: greedy only): pass@k reads k of them."""
+        return max(self.eval_samples, self.eval_k)
 
     def run_seeds(self, arm: str) -> list[int]:
         return [s + self.arms[arm].seed_offset for s in self.seeds]
@@ -202,7 +208,7 @@ def parse_plan(text: str, where: str = "plan") -> Plan:
     bad = sorted(set(ev) - {"split", "size", "evaluations", "k", "samples", "primary"})
     if bad:
         raise PlanError(f"{ew}: unknown field {bad[0]!r}; evaluation has split, size, evaluations, k, samples, primary")
-    split = _need(ev, "split", str, ew)
+    split = _need(ev, "split", str, ew, KIND_SPLIT[kind], required=False)
     if split not in SPLITS:
         raise PlanError(f"{ew}: field 'split' must be one of {', '.join(SPLITS)}, got {split!r}")
     primary = _need(ev, "primary", str, ew)
@@ -216,9 +222,9 @@ def parse_plan(text: str, where: str = "plan") -> Plan:
         raise PlanError(f"{ew}: size and evaluations must be >= 1, k and samples >= 0")
     if primary == "pass@k" and k < 1:
         raise PlanError(f"{ew}: primary pass@k needs k >= 1")
-    if primary == "sampled" and (k != 1 or samples < 2):
-        raise PlanError(f"{ew}: primary 'sampled' (the mean accuracy of samples) is pass@1 over `samples`: "
-                        "set k: 1 and samples >= 2")
+    if primary == "sampled" and max(k, samples) < 1:
+        raise PlanError(f"{ew}: primary 'sampled' (the mean accuracy of samples at the training temperature) "
+                        "needs samples >= 1")
     if samples and samples < k:
         raise PlanError(f"{ew}: samples must be >= k")
 
@@ -247,6 +253,9 @@ def parse_plan(text: str, where: str = "plan") -> Plan:
         raise PlanError(f"{where}: a confirmatory plan with a family of {len(family)} at alpha {alpha:g} needs "
                         f"{min_seeds_for_family(len(family), alpha)}..{EXACT_MAX_SEEDS} seeds (the exact sign-flip "
                         f"test's smallest p is 2/2^k), got {len(seeds)}")
+    if split != KIND_SPLIT[kind]:
+        raise PlanError(f"{where}: evaluation: a plan of kind {kind} reads the {KIND_SPLIT[kind]} split, not {split} "
+                        "(tuning and exploration read validation; reported figures read test)")
     engine = _need(doc, "engine", str, where, "torch", required=False)
     try:
         registry.get("engine", engine)
@@ -307,8 +316,9 @@ def arm_config(plan: Plan, arm: str, out: Path, jobs: int = 2) -> BenchConfig:
     """The equal-budget bench of one arm: its planner and settings on the plan's seeds (+ its offset)."""
     a = plan.arms[arm]
     extra = dict(a.settings)
-    if plan.engine != "sim" and plan.eval_k:
-        extra.setdefault("eval_k", plan.eval_k)
+    if plan.engine != "sim":
+        if plan.eval_k:
+            extra.setdefault("eval_k", plan.eval_k)
         if plan.eval_samples:
             extra.setdefault("eval_samples", plan.eval_samples)
     seeds = plan.run_seeds(arm)
@@ -365,7 +375,8 @@ def record_plan(plan: Plan, raw: bytes, plan_path: Path, out: Path) -> None:
     with open(out / "plan.yaml", "xb") as f:  # exclusive: never overwrites
         f.write(raw)
     with open(out / "plan_record.json", "x") as f:
-        json.dump({"plan": str(plan_path), "sha256": digest, "kind": plan.kind, **git}, f, indent=1)
+        json.dump({"plan": str(plan_path), "sha256": digest, "kind": plan.kind, "data": data_split_note(plan),
+                   "task_options": task_options(plan), **git}, f, indent=1)
     with open(have, "x") as f:  # last: its presence means the record is complete
         f.write(f"{digest}  plan.yaml\n")
 

@@ -4,7 +4,7 @@ what is done and what is left. Core-hours, since every run is one process on one
 A run's seconds are, in order of preference: the mean measured seconds (done.json) of the arm's finished
 runs; of any finished run of the bench; or the CPU cost profile's estimate, from its validation run
 (measured seconds per decoded token of a GRPO run on this machine, times the budget tokens, plus the
-evaluations: (evaluations + 1) x eval_size x (1 + pass@k samples) rollouts of the validation run's mean
+evaluations: (evaluations + 1) x eval_size x (1 + samples per prompt) rollouts of the validation run's mean
 length, at its decode seconds per token). The profile's figures come from arithmetic (10-token
 responses); a task with longer responses or another planner moves them, which the first finished
 runs then correct. The simulator engine costs nothing worth counting.
@@ -32,7 +32,7 @@ def profile_run_seconds(plan: Plan, cpu_profile: str = DEFAULT_CPU_PROFILE) -> f
     if "measured_s_per_decode_token" not in v or prof.seconds_per_unit is None:
         raise ValueError(f"cost profile {cpu_profile} has no measured validation figures to estimate from")
     train = plan.budget_tokens * v["measured_s_per_decode_token"]
-    evals = (plan.evaluations + 1) * plan.eval_size * (1 + plan.eval_samples)
+    evals = (plan.evaluations + 1) * plan.eval_size * (1 + plan.samples_per_prompt())
     return train + evals * v["decode_tokens_per_rollout"] * prof.seconds_per_unit
 
 

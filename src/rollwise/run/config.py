@@ -59,8 +59,9 @@ class Config:
     eval_every_compute: float = setting(0.0, "also evaluate at the first step after each multiple of this many "
                                              "compute units (0: off)")
     eval_size: int = setting(0, "held-out prompts per evaluation (0: all)")
-    eval_k: int = setting(0, "pass@k with k samples per held-out prompt (0: off)")
-    eval_samples: int = setting(0, "samples per held-out prompt for pass@k (>= eval_k)")
+    eval_k: int = setting(0, "pass@k from max(eval_samples, eval_k) samples per held-out prompt (0: off)")
+    eval_samples: int = setting(0, "samples per held-out prompt at the training temperature (0: off): their mean "
+                                   "accuracy is eval_sampled_acc@N; pass@k is read from them (>= eval_k)")
     checkpoint_every: int = setting(10, "steps between checkpoints")
     reward: str | None = setting(None, "user reward 'module:function', called as fn(response, answer), or 'math' "
                                        "(math-verify); none: the task's own check")
@@ -363,9 +364,6 @@ def check_fields(cfg: Config) -> None:
     from .loggers import check_loggers
 
     check_loggers(cfg.loggers)
-    if cfg.eval_samples and not cfg.eval_k:
-        raise ValueError(f"eval_samples is {cfg.eval_samples} but eval_k is 0: set eval_k (pass@k) too, or leave "
-                         "eval_samples at 0")
     if cfg.eval_k and cfg.eval_samples and cfg.eval_samples < cfg.eval_k:
         raise ValueError(f"eval_samples must be >= eval_k ({cfg.eval_k}), got {cfg.eval_samples}")
     ws = cfg.warmstart

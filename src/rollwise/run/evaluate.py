@@ -1,7 +1,10 @@
-"""Held-out evaluation: greedy accuracy (with its standard error), per-level accuracy, and pass@k
-with the unbiased estimator of Chen et al. (2021). Eval rollouts are charged to the ledger as `eval`
-(off budget). Sampling for pass@k uses its own generator seeded by the step, so evaluation is a pure
-function of the weights and never shifts the training random stream.
+"""Held-out evaluation: greedy accuracy (with its standard error), per-level accuracy, and - as papers
+report it - the mean accuracy of n samples per prompt at the training temperature (`eval_sampled_acc@n`,
+"avg@n"; with its standard error over prompts) and pass@k from those n samples with the unbiased
+estimator of Chen et al. (2021). Greedy accuracy can stay flat while a policy sharpens (its entropy
+collapses); the sampled figure moves with it. Eval rollouts are charged to the ledger as `eval` (off
+budget). Sampling uses its own engine and generator seeded by the caller (the run: by its seed and step),
+so evaluation is a pure function of the weights and never shifts the training random stream.
 """
 from __future__ import annotations
 
@@ -28,8 +31,10 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 def evaluate(policy, prompts: list[Prompt], scorer: Scorer, ledger: Ledger | None = None,
              max_new_tokens: int = 16, k: int = 0, n_samples: int = 0, temperature: float = 1.0,
              seed: int = 0, make_engine=None) -> dict[str, float]:
-    """Greedy accuracy (and pass@k) through the Engine protocol. `make_engine(**kw)` builds the
-    run's engine kind over `policy` (default: the torch engine); pass@k gets its own seeded engine."""
+    """Greedy accuracy, and with n_samples (or k) > 0 the sampled accuracy of max(n_samples, k) samples per
+    prompt at `temperature` (and pass@k when k > 0), through the Engine protocol. `make_engine(**kw)` builds
+    the run's engine kind over `policy` (default: the torch engine); sampling gets its own engine seeded
+    with `seed`."""
     check_finite_weights(policy)
     if not prompts:
         raise ValueError("evaluation needs at least one held-out prompt")
@@ -51,13 +56,17 @@ def evaluate(policy, prompts: list[Prompt], scorer: Scorer, ledger: Ledger | Non
     for lv in sorted(set(levels.tolist())):
         if lv >= 0:
             out[f"eval_acc_L{lv}"] = float(correct[levels == lv].mean())
-    if k > 0:
-        n_samples = max(n_samples, k)
+    n_samples = max(n_samples, k)
+    if n_samples > 0:
         sampler = make_engine(temperature=temperature, max_new_tokens=max_new_tokens, seed=seed)
         res = _run(sampler, [Request(p, n_samples, "eval", id=i) for i, p in enumerate(prompts)], ledger)
-        cs = [sum(s.correct for s in scorer.judge_many([(r.text, p.answer) for r in g.rollouts]))
-              for g, p in zip(res, prompts)]
-        out[f"eval_pass@{k}"] = float(np.mean([pass_at_k(n_samples, c, k) for c in cs]))
+        cs = np.array([sum(s.correct for s in scorer.judge_many([(r.text, p.answer) for r in g.rollouts]))
+                       for g, p in zip(res, prompts)], float)
+        per_prompt = cs / n_samples
+        out[f"eval_sampled_acc@{n_samples}"] = float(per_prompt.mean())
+        out[f"eval_sampled_se@{n_samples}"] = float(per_prompt.std(ddof=1) / np.sqrt(len(cs))) if len(cs) > 1 else 0.0
+        if k > 0:
+            out[f"eval_pass@{k}"] = float(np.mean([pass_at_k(n_samples, int(c), k) for c in cs]))
     return out
 
 
@@ -77,10 +86,13 @@ def check_finite_weights(policy) -> None:
 
 
 def _run(engine, requests: list[Request], ledger: Ledger | None):
-    """Generate; charge as eval (off budget) and settle at once: eval rollouts are never trained."""
+    """Generate; charge as eval (off budget) and settle at once: eval rollouts are never trained. Their
+    prompts' prefill is not charged either: the ledger's `prompt_tokens` is prefill the compute budget
+    prices, and evaluation is off the budget (before, every evaluation's prefill was in it, so turning
+    sampled evaluation on moved a run's compute)."""
     events = run_sync(engine, requests)
     groups = [e.group for e in events]
     if ledger is not None:
-        ledger.charge(groups, sum(e.prompt_tokens for e in events))
+        ledger.charge(groups)
         ledger.settle(groups, "open", "scored")
     return groups

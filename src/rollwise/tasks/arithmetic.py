@@ -9,6 +9,12 @@ The level is the digit count of the first operand; the second has 1..level digit
 is drawn first (uniform levels by default); the train pool is drawn from another seed, excluding it. Everything is a pure function
 of (seed, sizes, level weights): two machines build the same task.
 
+Splits: with `data_seed` set, validation and test (`validation_size`, `test_size`: half the held-out set
+each by default) are carved out of that held-out set - the one the shipped base was warm-started
+without - and `split` picks what `heldout()` returns; the train pool is drawn from the data seed's own
+stream (see _splits.py). Level 1 has only 155 distinct problems: it is shared between the splits in
+proportion to what each asks of it, and `notes()` says so.
+
 The reward is exact match (1/0). `reward_parts=true` makes it two components, correctness and format
 (see `answer_format`), for multi-reward estimators (`--advantage gd2po`).
 """
@@ -20,6 +26,7 @@ import numpy as np
 
 from ..core.registry import register
 from ..core.types import Prompt
+from ._splits import DrawnSplits
 
 WIDTH = 6
 LEVELS = tuple(range(1, WIDTH + 1))
@@ -62,7 +69,7 @@ def check_sizes(task: str, pool_size: int, heldout_size: int) -> None:
 
 @register("task", "arithmetic", provenance="INF", summary="reversed-digit +/- with 1-6 digit levels (embedded default)")
 @dataclass
-class ArithmeticTask:
+class ArithmeticTask(DrawnSplits):
     """Procedural arithmetic. `level_weights` sets the pool's difficulty mix (the bench's waste knob)."""
 
     pool_size: int = 2000
@@ -74,12 +81,18 @@ class ArithmeticTask:
     heldout_level_weights: tuple[float, ...] | None = None  # default: uniform over levels
     reward_parts: bool = False  # verify returns {"correct", "format"} components, not a float (GD2PO)
     reward_weights: dict | None = None  # the components' weights in the scalar reward (None: their mean)
+    data_seed: int | None = None  # None: the one held-out set, as before splits (recorded runs rerun as made)
+    validation_size: int | None = None  # with data_seed; None: half the held-out set
+    test_size: int | None = None  # with data_seed; None: the other half
+    split: str | None = None  # with data_seed: what heldout() returns, "validation" (default) or "test"
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     answer_marker = None  # a response is the answer alone: no marker (DUET's abort applies its length gate only)
+    levels = LEVELS
 
     def __post_init__(self):
         check_sizes("arithmetic", self.pool_size, self.heldout_size)
+        self.check_splits()
         self.level_weights = tuple(float(w) for w in self.level_weights)
         if not self.ops or set(self.ops) - {"+", "-"}:
             raise ValueError(f"arithmetic: ops must be a non-empty mix of '+' and '-', got {self.ops!r}")
@@ -110,21 +123,20 @@ class ArithmeticTask:
                 out.append((text, ans, level))
         return out
 
-    def heldout(self) -> list[Prompt]:
-        """Drawn first, from its own seed and a uniform level mix by default, so the held-out set (and
-        the warm-start data, which avoids it) do not depend on the train pool's difficulty mix."""
-        if "heldout" not in self._cache:
-            weights = self.heldout_level_weights or (1,) * len(LEVELS)
-            rows = self._draw(self.heldout_size, self.seed * 2 + 2, weights, set())
-            self._cache["heldout"] = [Prompt(i, t, a, lv) for i, (t, a, lv) in enumerate(rows)]
-        return self._cache["heldout"]
+    def _prompts(self, n: int, seed: int, weights, exclude: set[str]) -> list[Prompt]:
+        return [Prompt(i, t, a, lv) for i, (t, a, lv) in enumerate(self._draw(n, seed, weights, exclude))]
 
-    def train_pool(self) -> list[Prompt]:
-        if "train" not in self._cache:
-            exclude = {p.text for p in self.heldout()}
-            rows = self._draw(self.pool_size, self.seed * 2 + 1, self.level_weights, exclude)
-            self._cache["train"] = [Prompt(i, t, a, lv) for i, (t, a, lv) in enumerate(rows)]
-        return self._cache["train"]
+    def level_supply(self) -> dict[int, int]:
+        """{level: distinct problems} for the levels small enough to enumerate (level 1: 155 with both ops;
+        level 2 has ~13,500); the others have far more than any split asks."""
+        out = {}
+        for lv in LEVELS:
+            a_range = range(10 ** (lv - 1) if lv > 1 else 0, 10 ** lv)
+            if len(a_range) * 10 ** lv * len(self.ops) > 20_000:
+                break
+            out[lv] = len({encode_problem(*((b, a) if op == "-" and b > a else (a, b)), op)[0]
+                           for a in a_range for b in range(10 ** lv) for op in self.ops})
+        return out
 
     def base_fingerprint(self) -> list:
         """What of this task shapes its warm-started base (the held-out set it avoids and how answers
@@ -133,8 +145,8 @@ class ArithmeticTask:
 
     def sft_examples(self, n: int, seed: int) -> list[tuple[str, str, int]]:
         """Supervised examples for the warm start: uniform levels, repeats allowed (there are only 155
-        distinct level-1 problems), never a held-out problem."""
-        exclude = {p.text for p in self.heldout()}
+        distinct level-1 problems), never a held-out problem (so never a validation or test prompt)."""
+        exclude = {p.text for p in self._universe()}
         return self._draw(n, seed, (1,) * len(LEVELS), exclude, unique=False)
 
     def verify(self, response: str, answer: str) -> float | dict[str, float]:

@@ -22,7 +22,9 @@ imperfectly (docs/task2.md). The running total stays in 0..99: an operation that
 is flipped.
 
 Everything is a pure function of (seed, sizes, level weights). The held-out set is drawn first (uniform
-levels); the train pool comes from another seed, disjoint from it by text.
+levels); the train pool comes from another seed, disjoint from it by text. With `data_seed` set,
+validation and test are carved out of that held-out set (the one the shipped base avoided), as for the
+arithmetic task (_splits.py); every level has thousands of distinct chains, so none is short.
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ import numpy as np
 
 from ..core.registry import register
 from ..core.types import Prompt
+from ._splits import DrawnSplits
 from .arithmetic import check_sizes
 
 OPS = (2, 3, 4, 6, 8, 12, 16, 24)  # operations per level
@@ -65,7 +68,7 @@ def final_answer(response: str) -> str | None:
 @register("task", "chain", provenance="INF",
           summary="running +/- chains of 2-24 one-digit operations with a scratchpad (long responses)")
 @dataclass
-class ChainTask:
+class ChainTask(DrawnSplits):
     """Procedural scratchpad arithmetic. `level_weights` sets the pool's difficulty mix."""
 
     pool_size: int = 1000
@@ -73,6 +76,10 @@ class ChainTask:
     seed: int = 0
     level_weights: tuple[float, ...] = (1,) * len(OPS)
     heldout_level_weights: tuple[float, ...] | None = None  # default: uniform over levels
+    data_seed: int | None = None  # None: the one held-out set, as before splits (recorded runs rerun as made)
+    validation_size: int | None = None  # with data_seed; None: half the held-out set
+    test_size: int | None = None  # with data_seed; None: the other half
+    split: str | None = None  # with data_seed: what heldout() returns, "validation" (default) or "test"
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     answer_marker = MARK  # the final answer follows it (DUET's abort stops a row shortly after it)
@@ -89,6 +96,7 @@ class ChainTask:
 
     def __post_init__(self):
         check_sizes("chain", self.pool_size, self.heldout_size)
+        self.check_splits()
         self.level_weights = tuple(float(w) for w in self.level_weights)
         if len(self.level_weights) != len(OPS) or min(self.level_weights) < 0 or sum(self.level_weights) <= 0:
             raise ValueError(f"chain: level_weights must be {len(OPS)} non-negative numbers with a positive sum")
@@ -114,19 +122,12 @@ class ChainTask:
                 out.append((text, trace, ans, level))
         return out
 
-    def heldout(self) -> list[Prompt]:
-        if "heldout" not in self._cache:
-            weights = self.heldout_level_weights or (1,) * len(OPS)
-            rows = self._draw(self.heldout_size, self.seed * 2 + 2, weights, set())
-            self._cache["heldout"] = [Prompt(i, t, a, lv) for i, (t, _, a, lv) in enumerate(rows)]
-        return self._cache["heldout"]
+    def _prompts(self, n: int, seed: int, weights, exclude: set[str]) -> list[Prompt]:
+        return [Prompt(i, t, a, lv) for i, (t, _, a, lv) in enumerate(self._draw(n, seed, weights, exclude))]
 
-    def train_pool(self) -> list[Prompt]:
-        if "train" not in self._cache:
-            exclude = {p.text for p in self.heldout()}
-            rows = self._draw(self.pool_size, self.seed * 2 + 1, self.level_weights, exclude)
-            self._cache["train"] = [Prompt(i, t, a, lv) for i, (t, _, a, lv) in enumerate(rows)]
-        return self._cache["train"]
+    def level_supply(self) -> dict[int, int]:
+        """No level is small: level 1 (two operations) has ~2,900 distinct chains."""
+        return {}
 
     def base_fingerprint(self) -> list:
         """What shapes the base: the held-out set the warm-start data avoids, and the task's format."""
@@ -134,8 +135,9 @@ class ChainTask:
                 self.sft_group_by_length]
 
     def sft_examples(self, n: int, seed: int) -> list[tuple[str, str, int]]:
-        """(prompt, full scratchpad response, level): uniform levels, never a held-out prompt."""
-        exclude = {p.text for p in self.heldout()}
+        """(prompt, full scratchpad response, level): uniform levels, never a held-out prompt (so never a
+        validation or test prompt)."""
+        exclude = {p.text for p in self._universe()}
         return [(t, trace, lv) for t, trace, _, lv in self._draw(n, seed, (1,) * len(OPS), exclude, unique=False)]
 
     def verify(self, response: str, answer: str) -> float:

@@ -35,6 +35,13 @@ says how many; the trainer logs it), so no prompt is both trained and tested on,
 heldout_path name the same file (a deliberate choice: the note says accuracy measures training prompts).
 A prompt written on several rows of one file with different answers is refused, counted and named by its
 first row.
+
+Splits [Bench 3.0]: with `data_seed` set, validation and test are carved out of the held-out file's
+distinct prompts by that seed (`validation_size`, `test_size`: half each by default; the rule is in
+_splits.py) and `split` ("validation", the default, or "test") picks what `heldout()` returns. The train
+file stays the train pool, and rows are still dropped from it (and from the warm start) against the whole
+held-out file, so the splits never change what is trained on. Without a data seed the held-out file is
+the one held-out set, as before.
 """
 from __future__ import annotations
 
@@ -48,6 +55,7 @@ import numpy as np
 from ..core.registry import register
 from ..core.types import Prompt
 from ._answers import extract
+from ._splits import carve, check_options, split_sizes
 
 
 class JsonNumber(str):
@@ -211,6 +219,10 @@ class FileTask:
     sft_path: str = ""  # the warm start's supervised rows (same format and prompt field); "": the train rows
     sft_response_field: str | None = None  # the warm start's target column (e.g. a worked solution), taken
     # as written; None: the answer field after answer_extract
+    data_seed: int | None = None  # None: the held-out file is the one held-out set (no splits)
+    validation_size: int | None = None  # with data_seed; None: half the held-out file's distinct prompts
+    test_size: int | None = None  # with data_seed; None: the other half
+    split: str | None = None  # with data_seed: what heldout() returns, "validation" (default) or "test"
 
     # the verifier compares the response with the answer: the trainer checks every answer can be written
     answers_are_responses = True
@@ -220,6 +232,7 @@ class FileTask:
     def __post_init__(self):
         if not self.train_path or not self.heldout_path:
             raise ValueError("file task: set both task_options.train_path and task_options.heldout_path")
+        check_options("file task", self.data_seed, self.split, self.validation_size, self.test_size)
         self._rows: dict[str, list[int]] = {"train": [], "held-out": []}
         self._train = load_prompts(self.train_path, self.prompt_field, self.answer_field,
                                    rows_out=self._rows["train"], answer_extract=self.answer_extract,
@@ -234,6 +247,18 @@ class FileTask:
         self._raw = [(p.text, p.answer) for p in self._train + self._heldout]  # before any chat template
         self._heldout_texts = {p.text for p in self._heldout}
         self._sft: list[tuple[str, str, int]] | None = None
+        if self.data_seed is not None:
+            self._carve_split()
+
+    def _carve_split(self) -> None:
+        """Keep only the split `split` names of the held-out rows (their file rows with them)."""
+        v, t = split_sizes(len(self._heldout_texts), self.validation_size, self.test_size)
+        c = carve([p.text for p in self._heldout], [-1] * len(self._heldout), self.data_seed, v, t,
+                  what=f"held-out file {self.heldout_path}")
+        keep = c.test if self.split == "test" else c.validation
+        self._heldout = [replace(self._heldout[i], id=j) for j, i in enumerate(keep)]
+        self._rows["held-out"] = [self._rows["held-out"][i] for i in keep]
+        self._notes += c.notes
 
     def _drop_heldout_from_train(self) -> list[str]:
         """Train rows whose prompt is also a held-out prompt leave the RL pool (the policy would be trained on
