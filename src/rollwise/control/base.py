@@ -212,12 +212,15 @@ class Wave:
     the requests finished so far, says when the rest may be aborted (their partial rows come back).
     `watch(running)`, given {request index: [each sample's tokens so far, or None once it stopped]}
     after every decode step, returns Decisions for single samples (in-flight control); with `hidden`
-    each running sample is a pair (tokens_T, h_D), its last-layer hidden state at its last token."""
+    each running sample is a pair (tokens_T, h_D), its last-layer hidden state at its last token.
+    `drafter(request, sample, tokens)` proposes each running row's next tokens, which the engine verifies
+    with exact sampling (a Speculator's wave: DAS); an engine without drafts refuses it by name."""
 
     requests: list[Request]
     enough: Callable[[dict], bool] | None = None
     watch: Callable[[dict], list[Decision]] | None = None
     hidden: bool = False
+    drafter: Callable[[Request, int, list], list] | None = None
 
 
 class Watchers(WaveWatch):
@@ -442,7 +445,11 @@ class Planner:
         except StopIteration as stop:
             return stop.value
 
-    def _with_sampling(self, requests: list[Request]) -> list[Request]:
+    def _with_sampling(self, requests):
+        """The step's sampling overrides on these requests (a list, or a Wave's)."""
+        if isinstance(requests, Wave):
+            self._with_sampling(requests.requests)
+            return requests
         if self._sampling:
             from dataclasses import replace
 
