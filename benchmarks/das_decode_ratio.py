@@ -10,7 +10,7 @@ draft_cost x draft tokens scored), and two ratios:
     paired  DAS's decode-equivalents / uniform's, step by step (same rollouts per step; the runs
             diverge after the first update, so lengths differ a little)
 
-    OMP_NUM_THREADS=1 python benchmarks/das_decode_ratio.py [--steps 8] [--pool 32] [--min-prob 0.3]
+    OMP_NUM_THREADS=1 python benchmarks/das_decode_ratio.py [--steps 8] [--pool 32] [--min-prob 0.5]
 """
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--n", type=int, default=8)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--min-prob", type=float, default=0.3)
+    ap.add_argument("--min-prob", type=float, default=0.5)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         plain = run("uniform", args, f"{tmp}/uniform", {})

@@ -116,7 +116,7 @@ class DAS(Component):
     needs_sampling = True  # it runs the rounds' requests itself (through the engine's drafts)
 
     def __init__(self, window: int = 16, match_len: int = 8, k_short: int = 2, k_long: int = 8, tail: float = 0.5,
-                 min_prob: float = 0.3, draft_cost: float = MEASURED_DRAFT_COST, max_prompts: int = 100_000):
+                 min_prob: float = 0.5, draft_cost: float = MEASURED_DRAFT_COST, max_prompts: int = 100_000):
         if window < 1 or match_len < 1 or not 0 <= k_short <= k_long or k_long < 1 or not 0 <= tail <= 1 \
                 or not 0 <= min_prob <= 1 or not 0 <= draft_cost < math.inf or max_prompts < 1:
             raise ValueError("das: need window >= 1, match_len >= 1, 0 <= k_short <= k_long (k_long >= 1), "
