@@ -70,19 +70,19 @@ def test_bad_options_fail_clearly():
     build_planner("greso+vip+dapo", 4, np.random.default_rng(0))
 
 
-def test_trainer_runs_vip_with_duet_abort_on_the_tiny_model(tmp_path, small_policy):
+def test_trainer_runs_vip_with_duet_abort_on_the_tiny_model(tmp_path):
     """Two steps of `vip+duet-abort` through the Trainer: step 2 allocates from step 1's history (its n
     differ from the uniform 4 unless every prediction is equal) and the step's rollouts stay B x n."""
-    from conftest import SMALL
     from rollwise.run.config import load_config
     from rollwise.run.loop import Trainer
 
-    cfg = load_config(None, {**SMALL, "out": str(tmp_path / "vip"), "steps": 2, "eval_every": 0,
-                             "task_options": {**SMALL["task_options"], "pool_size": 8}, "planner": "vip+duet-abort"})
+    # the shipped arithmetic base on a pool of 8 prompts (each comes back in step 2 with a pass rate)
+    cfg = load_config(None, {"out": str(tmp_path / "vip"), "steps": 2, "eval_every": 0, "batch_size": 8, "n": 4,
+                             "task_options": {"pool_size": 8}, "planner": "vip+duet-abort"})
     tr = Trainer(cfg)
     rows = tr.run()
     assert [r["step"] for r in rows] == [1, 2]
     assert all("vip/max_n" in r for r in rows)
     assert rows[1]["vip/max_n"] > rows[1]["vip/min_n"]
     assert tr.ledger.count(fate="open") == 0
-    assert tr.ledger.budget_rollouts() == 2 * SMALL["batch_size"] * SMALL["n"]
+    assert tr.ledger.budget_rollouts() == 2 * 8 * 4

@@ -103,8 +103,24 @@ class VIP(Component):
             raise ValueError(f"vip: need 1 <= n_min <= n_max, not n_min={n_min}, n_max={n_max}")
         if window < 1 or not length_scale > 0 or not s2 > 0:
             raise ValueError(f"vip: need window >= 1, length_scale > 0 and s2 > 0, not {window}, {length_scale}, {s2}")
+        import importlib.util
+
+        if importlib.util.find_spec("scipy") is None:
+            raise ValueError("vip needs scipy (its convex program and Gaussian-process solve): "
+                             "pip install 'rollwise[vip]'")
         self.n_min, self.n_max, self.window = int(n_min), n_max, int(window)
         self.length_scale, self.s2 = float(length_scale), float(s2)
+
+    def compose(self, before: list, after: list) -> None:
+        """Another component that sets each prompt's n would overwrite VIP's allocation (after it) or be
+        overwritten (before it): refused by name. PODS without its own n passes n through; replay only
+        holds back prompts beyond its fresh quota."""
+        for o in before + after:
+            sets_n = type(o).allocate is not Component.allocate and o.name != "replay" and \
+                not (o.name == "pods" and getattr(o, "n", None) is None)
+            if sets_n:
+                raise ValueError(f"vip does not compose with {o.name}: both set each prompt's number of rollouts "
+                                 "(allocate), so one would overwrite the other")
 
     def predict(self, ids: list[int], ctx: StepContext) -> np.ndarray:
         """Each prompt's GP prediction of its success probability at this step (see the module)."""
