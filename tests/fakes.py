@@ -25,6 +25,7 @@ class Engine:
     `calls` the number of requests in each."""
 
     hidden_states = True  # nothing is ever running, so peek has nothing to show either way
+    drafts = True  # its rows are scripted: a drafter (DAS) is taken and never changes them (no token kept)
 
     def __init__(self, rates, ntok=3):
         self.rates, self.ntok, self.seen, self.version = rates, ntok, {}, 0
@@ -34,7 +35,7 @@ class Engine:
     def requests(self):
         return [q for sub in self.submitted for q in sub]
 
-    def submit(self, requests, hidden=False):
+    def submit(self, requests, hidden=False, drafter=None):
         self.calls.append(len(requests))
         self.submitted.append(list(requests))
         self._queue += requests

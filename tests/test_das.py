@@ -173,10 +173,13 @@ def test_one_step_ledger_by_hand_fewer_decode_equivalents_for_the_same_rollouts(
 def test_an_engine_without_drafts_is_refused_by_name():
     from fakes import Engine
 
+    class Scripted(Engine):
+        drafts = False
+
     ctx = make_ctx(pool_size=2, B=2, n=2)
     planner = build_planner("das", 2, ctx.rng)
-    with pytest.raises(ValueError, match="engine Engine does not verify drafts"):
-        StepDriver(Engine([0.5, 0.5]), ctx.ledger, ctx.history).run_step(planner, ctx, Learner())
+    with pytest.raises(ValueError, match="engine Scripted does not verify drafts"):
+        StepDriver(Scripted([0.5, 0.5]), ctx.ledger, ctx.history).run_step(planner, ctx, Learner())
 
 
 def test_trainer_runs_das_and_ar3po_with_das_on_the_tiny_model(tmp_path, small_policy):
