@@ -262,3 +262,29 @@ class TokenEngine:
                                q.purpose, reward=float(correct), correct=correct, status=status,
                                versions_T=versions, meta=meta, lineage=lineage))
         return Finished(q, Group(q.prompt, out), 2 + (pre.num_tokens if (pre := q.prefix) else 0))
+
+
+def replay_runs_after_resume(spec: str, steps=(1, 2)):
+    """A replaying planner (popo, replay) over 16 prompts, one step, then its state into a fresh planner:
+    the batches both run over `steps`, as (prompt id, replay age, rewards) per group, for the original
+    and the resumed planner (equal when the state round-trips)."""
+    import copy
+
+    from rollwise.control.base import build_planner
+
+    rates = {i: [0.5, 1.0, 0.0, 0.25][i % 4] for i in range(16)}
+    ctx, eng = make_sampled_ctx(rates, B=4, n=4)
+    planner = build_planner(spec, 16, ctx.rng)
+    run_step(planner, ctx, eng, advance_version=True)
+    ctx2, eng2 = copy.deepcopy(ctx), copy.deepcopy(eng)
+    rng_state = copy.deepcopy(ctx.rng.bit_generator.state)
+    resumed = build_planner(spec, 16, ctx2.rng)
+    resumed.load_state_dict(copy.deepcopy(planner.state_dict()))
+    ctx2.rng.bit_generator.state = rng_state  # building a planner draws from the stream (its first epoch)
+    out = ([], [])
+    for step in steps:
+        ctx.step = ctx2.step = step
+        for runs, (p, c, e) in zip(out, ((planner, ctx, eng), (resumed, ctx2, eng2))):
+            batch = run_step(p, c, e, advance_version=True)[0]
+            runs.append([(g.prompt.id, g.meta.get("replay_age"), [r.reward for r in g.rollouts]) for g in batch.groups])
+    return out

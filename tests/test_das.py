@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from rollwise.control.base import build_planner
-from rollwise.core.types import Prompt, Request, SamplingParams
+from rollwise.core.types import Prompt, Request
 from rollwise.generate.das import DAS, SuffixTree
 from rollwise.generate.engine import run_sync
 from rollwise.generate.torch_engine import TorchEngine
