@@ -103,6 +103,26 @@ def test_drafted_greedy_rows_are_the_plain_greedy_rows():
         assert e.verified_tokens == 2 * scored
 
 
+def test_a_row_at_the_context_end_beside_a_long_draft():
+    """One chunk, 16 new tokens: prompt A fills the 64-position context but for 6 tokens (it gets no
+    draft), prompt B drafts 8 tokens a pass. A's padding in those passes must stay inside the model's positions; both rows are
+    their plain greedy rows."""
+    pol = peaked_policy()
+    long_prompt = Prompt(1, "1+" * 28 + "1=", "29")  # 58 characters
+    reqs = [Request(long_prompt, 1), Request(P, 1)]
+    for i, r in enumerate(reqs):
+        r.id = i
+    plain = run_sync(TorchEngine(pol, temperature=0.0, max_new_tokens=16, seed=0), reqs)
+    want = {e.request.id: e.group.rollouts[0].token_ids_T.tolist() for e in plain}
+    assert len(pol.encode(long_prompt.text)) + len(want[0]) == pol.max_positions and len(want[1]) == 16
+    drafter = lambda q, j, toks: [] if q.id == 0 else (want[1][len(toks):] + [9] * 8)[:8]  # noqa: E731
+    again = [Request(long_prompt, 1), Request(P, 1)]
+    for i, r in enumerate(again):
+        r.id = i
+    got = run_sync(TorchEngine(pol, temperature=0.0, max_new_tokens=16, seed=0), again, drafter=drafter)
+    assert {e.request.id: e.group.rollouts[0].token_ids_T.tolist() for e in got} == want
+
+
 def chi_square(rollouts, logp_of):
     """Pearson's test of the sequences' counts against N x their probability (cells with >= 5 expected,
     the rest pooled): the p-value."""

@@ -427,7 +427,10 @@ class DecodeState:
         cols_F = torch.arange(K + 1, device=self.dev)
         fed_BF = (cols_F.unsqueeze(0) <= k_B.unsqueeze(1)).long()
         key_mask = torch.cat([self.key_mask, fed_BF], dim=1)
-        logits_BFV, self.cache = pol.forward(ids_BF, key_mask, self.pos.unsqueeze(1) + cols_F, self.cache)
+        # a row's padding (a shorter draft than the longest) sits at its last real position: masked, and never
+        # past the model's positions
+        pos_BF = self.pos.unsqueeze(1) + torch.minimum(cols_F.unsqueeze(0), k_B.unsqueeze(1))
+        logits_BFV, self.cache = pol.forward(ids_BF, key_mask, pos_BF, self.cache)
         # sample position by position; a row stays open while its samples equal its draft
         open_B = torch.ones(B, dtype=torch.bool, device=self.dev)
         kept_B = torch.zeros(B, dtype=torch.long, device=self.dev)
