@@ -114,6 +114,7 @@ class DAS(Component):
     `max_prompts`: prompts whose history is kept (least recently visited dropped first)."""
 
     needs_sampling = True  # it runs the rounds' requests itself (through the engine's drafts)
+    needs_policy = True  # the policy's forward verifies the drafts (inside the engine's decode passes)
 
     def __init__(self, window: int = 16, match_len: int = 8, k_short: int = 2, k_long: int = 8, tail: float = 0.5,
                  min_prob: float = 0.5, draft_cost: float = MEASURED_DRAFT_COST, max_prompts: int = 100_000):
