@@ -25,6 +25,7 @@ class Engine:
     `calls` the number of requests in each."""
 
     hidden_states = True  # nothing is ever running, so peek has nothing to show either way
+    drafts = True  # its rows are scripted: a drafter (DAS) is taken and never changes them (no token kept)
 
     def __init__(self, rates, ntok=3):
         self.rates, self.ntok, self.seen, self.version = rates, ntok, {}, 0
@@ -34,7 +35,7 @@ class Engine:
     def requests(self):
         return [q for sub in self.submitted for q in sub]
 
-    def submit(self, requests, hidden=False):
+    def submit(self, requests, hidden=False, drafter=None):
         self.calls.append(len(requests))
         self.submitted.append(list(requests))
         self._queue += requests
@@ -261,3 +262,29 @@ class TokenEngine:
                                q.purpose, reward=float(correct), correct=correct, status=status,
                                versions_T=versions, meta=meta, lineage=lineage))
         return Finished(q, Group(q.prompt, out), 2 + (pre.num_tokens if (pre := q.prefix) else 0))
+
+
+def replay_runs_after_resume(spec: str, steps=(1, 2)):
+    """A replaying planner (popo, replay) over 16 prompts, one step, then its state into a fresh planner:
+    the batches both run over `steps`, as (prompt id, replay age, rewards) per group, for the original
+    and the resumed planner (equal when the state round-trips)."""
+    import copy
+
+    from rollwise.control.base import build_planner
+
+    rates = {i: [0.5, 1.0, 0.0, 0.25][i % 4] for i in range(16)}
+    ctx, eng = make_sampled_ctx(rates, B=4, n=4)
+    planner = build_planner(spec, 16, ctx.rng)
+    run_step(planner, ctx, eng, advance_version=True)
+    ctx2, eng2 = copy.deepcopy(ctx), copy.deepcopy(eng)
+    rng_state = copy.deepcopy(ctx.rng.bit_generator.state)
+    resumed = build_planner(spec, 16, ctx2.rng)
+    resumed.load_state_dict(copy.deepcopy(planner.state_dict()))
+    ctx2.rng.bit_generator.state = rng_state  # building a planner draws from the stream (its first epoch)
+    out = ([], [])
+    for step in steps:
+        ctx.step = ctx2.step = step
+        for runs, (p, c, e) in zip(out, ((planner, ctx, eng), (resumed, ctx2, eng2))):
+            batch = run_step(p, c, e, advance_version=True)[0]
+            runs.append([(g.prompt.id, g.meta.get("replay_age"), [r.reward for r in g.rollouts]) for g in batch.groups])
+    return out

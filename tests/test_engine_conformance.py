@@ -46,7 +46,7 @@ def vllm_kit():
 
 KITS = {"torch": torch_kit, "sim": sim_kit, "vllm": vllm_kit}
 # what each engine is checked for: the simulator has no tokens; only the torch engine has peek/stop
-EXPECTED = {"torch": EVERY_ENGINE_CHECK + POLICY_CHECKS + ["peek and stop", "hidden states"],
+EXPECTED = {"torch": EVERY_ENGINE_CHECK + POLICY_CHECKS + ["peek and stop", "hidden states", "drafts"],
             "sim": EVERY_ENGINE_CHECK, "vllm": EVERY_ENGINE_CHECK + POLICY_CHECKS}
 
 
@@ -85,12 +85,21 @@ class StopsLate(TorchEngine):
             raise ValueError(reason)
 
 
+class HidesDrafts(TorchEngine):
+    def poll(self, max_steps=None):  # keeps draft tokens but reports none scored
+        events = super().poll(max_steps)
+        for e in events:
+            e.verified_tokens = 0
+        return events
+
+
 @pytest.mark.parametrize("engine, extra, rule", [
     (DropsARow, 0, r"\[n rows\]: request \d+ asked for n = 3 samples, its group holds 2"),
     (TorchEngine, 3, r"\[max_tokens\]: request \d+ row \d+: \d+ new tokens where the request allows 8"),
     (IgnoresPrefix, 0, r"\[prefix continuation\]: request \d+ row 0: policy_version 1; a continuation keeps"),
     (ForgetsState, 0, r"\[state_dict round trip\]"),
     (StopsLate, 0, r"\[peek and stop\]: sample 0 stopped with 'pruned' came back as"),
+    (HidesDrafts, 0, r"\[drafts\]: request \d+ kept \d+ draft tokens but Finished.verified_tokens says 0"),
 ])
 def test_the_kit_fails_an_engine_that_breaks_a_rule(engine, extra, rule):
     pol = tiny_policy()

@@ -6,6 +6,8 @@ component's hook in order. This is the contract third parties implement; keep it
 
 Hooks, in the order one step calls them::
 
+    compose(before, after)         once, when the planner is built: the other components, in spec order;
+                                   raise ValueError naming one to refuse composing with it
     bind(pool_size)                once, when the planner is built (size per-prompt arrays here)
     begin_step(ctx)                at the start of every step (reset per-step state)
     sampling(ctx)                  sampling overrides for this step's requests, e.g. {"temperature": 0.9}
@@ -79,6 +81,9 @@ class StepContext:
     # one prefill of the current policy over prompt + draft per row (SPEC-RL's verification); the driver
     # charges its prompt tokens and every draft token it scores.
     score_drafts: Callable | None = None
+    # the learner's off-policy correction by name (learner.correction), for components that replay rows and
+    # record on each what it is trained with; None where the host does not say
+    correction: str | None = None
     groups: dict[int, Group] = field(default_factory=dict)  # this step's train groups so far, by prompt id
     metrics: dict[str, float] = field(default_factory=dict)  # components may add step metrics here
 
@@ -104,6 +109,10 @@ class Component:
     @property
     def needs_resume(self) -> bool:
         return bool(find([self], Resumable))
+
+    def compose(self, before: list["Component"], after: list["Component"]) -> None:
+        """Refuse (ValueError naming the other component and why) a composition this component cannot
+        follow that the declared capabilities do not cover; `before`/`after`: the others in spec order."""
 
     def bind(self, pool_size: int) -> None:
         pass
@@ -212,12 +221,15 @@ class Wave:
     the requests finished so far, says when the rest may be aborted (their partial rows come back).
     `watch(running)`, given {request index: [each sample's tokens so far, or None once it stopped]}
     after every decode step, returns Decisions for single samples (in-flight control); with `hidden`
-    each running sample is a pair (tokens_T, h_D), its last-layer hidden state at its last token."""
+    each running sample is a pair (tokens_T, h_D), its last-layer hidden state at its last token.
+    `drafter(request, sample, tokens)` proposes each running row's next tokens, which the engine verifies
+    with exact sampling (a Speculator's wave: DAS); an engine without drafts refuses it by name."""
 
     requests: list[Request]
     enough: Callable[[dict], bool] | None = None
     watch: Callable[[dict], list[Decision]] | None = None
     hidden: bool = False
+    drafter: Callable[[Request, int, list], list] | None = None
 
 
 class Watchers(WaveWatch):
@@ -271,6 +283,8 @@ class Planner:
         self._dropped: list[Group] = []
         self._busy: set[int] = set()  # prompt ids being resumed this step
         check(components, self.name, Component)  # what conflicts, from the declarations alone
+        for i, c in enumerate(components):  # and what a component refuses by its own rule
+            c.compose(components[:i], components[i + 1:])
         self.inflight = find(components, Watcher)  # [(component, its Watcher capability)]
         speculators = find(components, Speculator)
         self.speculator = speculators[0][0] if speculators else None
@@ -442,7 +456,11 @@ class Planner:
         except StopIteration as stop:
             return stop.value
 
-    def _with_sampling(self, requests: list[Request]) -> list[Request]:
+    def _with_sampling(self, requests):
+        """The step's sampling overrides on these requests (a list, or a Wave's)."""
+        if isinstance(requests, Wave):
+            self._with_sampling(requests.requests)
+            return requests
         if self._sampling:
             from dataclasses import replace
 

@@ -70,6 +70,11 @@ Optional, declared by having them (the driver refuses a planner that needs one o
                                      "pruned"; the driver charges their tokens to fate "pruned"). They come
                                      back in the request's Finished event, with its other samples. Another
                                      reason, or a request not running, is a ValueError.
+    drafts = True                    also takes submit(requests, drafter=f): each running row's next tokens
+                                     proposed by f(request, sample, tokens_so_far) -> [token ids] are
+                                     verified by the policy with exact sampling (the rows keep the plain
+                                     decoder's distribution); kept draft tokens are kind "draft" in the row's
+                                     lineage and Finished.verified_tokens counts every draft token scored
     hidden_states = True             also takes submit(requests, hidden=True) and then answers
                                      peek(request_ids, hidden=True) with a pair (tokens_T, h_D) per running
                                      sample: the last layer's hidden state at its last token (ARRoL's input)
@@ -89,12 +94,14 @@ STOP_REASONS = ("stop", "pruned")  # how `stop` may end a sample
 
 @dataclass(slots=True)
 class Finished:
-    """A request that is done (or aborted): its n rollouts as one Group, and the prompt tokens
-    prefilled for it (the prompt once, plus a resumed prefix)."""
+    """A request that is done (or aborted): its n rollouts as one Group, the prompt tokens prefilled
+    for it (the prompt once, plus a resumed prefix) and, for a request decoded with a drafter, every
+    draft token the verification scored, kept or not."""
 
     request: Request
     group: Group
     prompt_tokens: int = 0
+    verified_tokens: int = 0
 
 
 @runtime_checkable
@@ -139,11 +146,12 @@ def request_params(req: Request, temperature: float, top_p: float, max_new_token
     return t, p, m
 
 
-def run_sync(engine: Engine, requests: list[Request]) -> list[Finished]:
-    """Submit all, poll until done; Finished events in request order (ids must be unique)."""
+def run_sync(engine: Engine, requests: list[Request], **submit) -> list[Finished]:
+    """Submit all, poll until done; Finished events in request order (ids must be unique). `submit`:
+    the optional submit keywords (drafter=...) of an engine that has them."""
     if not requests:
         return []
-    engine.submit(requests)
+    engine.submit(requests, **submit)
     done: dict[int, Finished] = {}
     while len(done) < len(requests):
         events = engine.poll()

@@ -24,11 +24,25 @@ branch. Entries of an older policy version are never used (a weight update empti
 checkpoint, taken between steps, never needs them. `prefix_kv_rows=0` turns this off (every continuation
 re-prefills).
 
+Speculative decoding (the Engine protocol's optional drafts, `submit(requests, drafter=...)`): a
+drafter proposes each running row's next tokens (`drafter(request, sample, tokens) -> [token ids]`,
+DAS's suffix tree) and the policy verifies them in the row's next forward pass, exactly: the row feeds
+its last sampled token and its draft, a token is sampled from the policy at each position in order,
+and each draft token is kept while the sample equals it; the first sample that differs (or the one
+after a fully kept draft) is the row's next token. Every token is therefore a sample of the policy's
+own distribution given its exact prefix (for a point-mass draft, "sample, keep while equal" is the
+speculative-sampling rule min(1, p/q) with its residual), so the rows have the plain decoder's
+distribution; only the random stream differs (greedy rows give the same tokens). A rejected draft
+token's KV stays in the cache with its key masked. A rollout's kept draft tokens are of kind "draft"
+(`lineage.tokens_by_kind`) and its request's Finished event counts every draft token scored
+(`verified_tokens`), kept or not, for the ledger.
+
 Device: the decode state (KV cache, buffers, the sampling generator) lives on the policy's device;
 what leaves the engine (rollouts, peeked tokens and hidden states) is on the CPU.
 """
 from __future__ import annotations
 
+import itertools
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -45,6 +59,7 @@ from .engine import STOP_REASONS, Finished, request_params
 @register("engine", "torch", provenance="INF", summary="built-in KV-cache sampler; finished rows leave the batch")
 class TorchEngine:
     hidden_states = True  # submit(..., hidden=True) / peek(..., hidden=True): the optional hidden-state output
+    drafts = True  # submit(..., drafter=f): the optional speculative decoding (a drafter's tokens verified)
 
     def __init__(self, policy, temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 16,
                  seed: int = 0, max_rows: int = 1024, prefix_kv_rows: int = 256):
@@ -58,6 +73,7 @@ class TorchEngine:
         self._queue: list[Request] = []
         self._state: DecodeState | None = None
         self._hidden: set[int] = set()  # ids of requests whose decode state keeps hidden states
+        self._drafters: dict = {}  # request id -> its drafter (speculative decoding)
         self.prefix_kv = PrefixKV(prefix_kv_rows)
 
     @classmethod
@@ -82,13 +98,18 @@ class TorchEngine:
             self.gen.manual_seed(int(torch.randint(2 ** 62, (1,), generator=src, device="cpu")))
 
     # ---- the Engine protocol ---------------------------------------------------------------
-    def submit(self, requests: list[Request], hidden: bool = False) -> None:
+    def submit(self, requests: list[Request], hidden: bool = False, drafter=None) -> None:
         """Queue requests; `hidden`: their chunk keeps each running row's last-layer hidden state for
-        peek (the same forward passes, so the same tokens and random draws)."""
+        peek (the same forward passes, so the same tokens and random draws); `drafter`: their rows are
+        decoded speculatively, verifying its drafts (module docstring)."""
         for r in requests:
             check_request(r)
+        if hidden and drafter is not None:
+            raise ValueError("submit: hidden states and drafts cannot be asked of the same requests")
         if hidden:
             self._hidden.update(r.id for r in requests)
+        if drafter is not None:
+            self._drafters.update((r.id, drafter) for r in requests)
         self._queue.extend(requests)
 
     @property
@@ -108,7 +129,7 @@ class TorchEngine:
                 steps += 1
             events += self._state.collect()
             if self._state.done:
-                self._hidden.difference_update(r.id for r in self._state.requests)
+                self._forget(self._state.requests)
                 self._state = None
         return events
 
@@ -118,11 +139,11 @@ class TorchEngine:
         if self._state is not None:
             out += self._state.abort(ids)
             if self._state.done:
-                self._hidden.difference_update(r.id for r in self._state.requests)
+                self._forget(self._state.requests)
                 self._state = None
         for r in [r for r in self._queue if r.id in ids]:  # never started: no tokens
             self._queue.remove(r)
-            self._hidden.discard(r.id)
+            self._forget([r])
             out.append(Finished(r, Group(r.prompt, []), 0))
         return out
 
@@ -146,6 +167,11 @@ class TorchEngine:
         self.version = int(version)
 
     # ---- helpers -------------------------------------------------------------------------
+    def _forget(self, requests: list[Request]) -> None:
+        for r in requests:
+            self._hidden.discard(r.id)
+            self._drafters.pop(r.id, None)
+
     def _next_chunk(self) -> list[Request]:
         chunk, rows = [], 0
         while self._queue and (not chunk or rows + self._queue[0].n <= self.max_rows):
@@ -246,6 +272,16 @@ class DecodeState:
                 for r in requests]
         self.keep_R = torch.tensor([keep[u] for u in row_src.tolist()], dtype=torch.bool, device=dev) if any(keep) else None
         self.context_len = [len(contexts[u]) for u in row_src.tolist()]
+        # speculative decoding: each request's drafter (None: plain), each row's sampled token not yet fed
+        # (after the first step), its kept draft tokens and every draft token scored for it
+        self.drafters = [engine._drafters.get(r.id) for r in requests]
+        if any(d is not None for d in self.drafters) and self.keep_hidden:
+            raise ValueError("a chunk cannot both keep hidden states and verify drafts")
+        self.speculative = any(d is not None for d in self.drafters)
+        self.pending = None
+        self.drafted = torch.zeros(R, dtype=torch.long, device=dev)
+        self.verified = [0] * R
+        self.first_row = [0] + list(itertools.accumulate(ns))[:-1]  # each request's first row
         self.prompt_tokens = [len(c) for c in contexts]  # prefilled per request (fewer where KV is kept)
         self.active = torch.arange(R, device=dev)[~self.finished]
         if len(self.active) == 0:
@@ -319,7 +355,10 @@ class DecodeState:
 
     @torch.no_grad()
     def step(self) -> None:
-        """Sample one token for every running row; rows that hit EOS or their limit leave."""
+        """Sample one token for every running row; rows that hit EOS or their limit leave. (With a
+        drafter: one verification pass, which may give a row several tokens: _spec_step.)"""
+        if self.speculative:
+            return self._spec_step()
         act, pol = self.active, self.pol
         tok, lp, ent = self._sample(self.last_logits, act)
         t = self.t
@@ -349,6 +388,94 @@ class DecodeState:
         if h is not None:
             self.last_hidden = h[:, -1]
         self.pos = self.pos + 1
+
+    def _spec_step(self) -> None:
+        """One speculative step for every running row: feed its pending token and its draft, sample the
+        policy at each position in order, keep draft tokens while the sample equals them; the first
+        sample that differs (or the one after the whole draft) becomes the row's pending token. The
+        first step has no pending token yet: it samples one from the prefill's logits."""
+        act, pol = self.active, self.pol
+        if self.pending is None:
+            tok, lp, ent = self._sample(self.last_logits, act)
+            self.last_logits = None  # from now on the rows' next distributions come with their drafts
+            ended = self._emit(act, tok, lp, ent)
+            self.pending = tok
+            self._drop(ended)
+            return
+        B = len(act)
+        rows, lengths, lims = act.tolist(), self.length[act].tolist(), self.limit[act].tolist()
+        drafts = []
+        for row, n_have, lim in zip(rows, lengths, lims):
+            u = int(self.row_req[row])
+            room = lim - n_have - 1  # the draft, all kept, plus the sample after it must fit
+            d = self.drafters[u]
+            prop = list(d(self.requests[u], row - self.first_row[u], self.tok_buf[row, :n_have].tolist())) \
+                if d is not None and room > 0 else []
+            prop = [int(x) for x in prop[:room]]
+            if pol.eos_id in prop:  # nothing after an end of sequence can be kept
+                prop = prop[:prop.index(pol.eos_id) + 1]
+            drafts.append(prop)
+            self.verified[row] += len(prop)
+        K = max(len(d) for d in drafts)
+        k_B = torch.tensor([len(d) for d in drafts], dtype=torch.long, device=self.dev)
+        ids_BF = torch.full((B, K + 1), pol.pad_id, dtype=torch.long, device="cpu")
+        ids_BF[:, 0] = self.pending.cpu()
+        for j, d in enumerate(drafts):
+            if d:
+                ids_BF[j, 1:1 + len(d)] = torch.tensor(d, dtype=torch.long)
+        ids_BF = ids_BF.to(self.dev)
+        cols_F = torch.arange(K + 1, device=self.dev)
+        fed_BF = (cols_F.unsqueeze(0) <= k_B.unsqueeze(1)).long()
+        key_mask = torch.cat([self.key_mask, fed_BF], dim=1)
+        # a row's padding (a shorter draft than the longest) sits at its last real position: masked, and never
+        # past the model's positions
+        pos_BF = self.pos.unsqueeze(1) + torch.minimum(cols_F.unsqueeze(0), k_B.unsqueeze(1))
+        logits_BFV, self.cache = pol.forward(ids_BF, key_mask, pos_BF, self.cache)
+        # sample position by position; a row stays open while its samples equal its draft
+        open_B = torch.ones(B, dtype=torch.bool, device=self.dev)
+        kept_B = torch.zeros(B, dtype=torch.long, device=self.dev)
+        pending_B = self.pending.clone()
+        ended_B = torch.zeros(B, dtype=torch.bool, device=self.dev)
+        for i in range(K + 1):
+            at = open_B.nonzero().squeeze(-1)
+            if len(at) == 0:
+                break
+            tok, lp, ent = self._sample(logits_BFV[at, i], act[at])
+            hit = (i < k_B[at]) & (tok == ids_BF[at, (i + 1) if i < K else i])
+            self.drafted[act[at[hit]]] += 1
+            ended_B[at] = self._emit(act[at], tok, lp, ent)
+            kept_B[at[hit]] += 1
+            pending_B[at] = tok
+            open_B[at] = hit & ~ended_B[at]
+        # the columns fed this step that stay: the pending token and the kept draft tokens
+        self.key_mask = torch.cat([self.key_mask, (cols_F.unsqueeze(0) <= kept_B.unsqueeze(1)).long()], dim=1)
+        self.pos = self.pos + 1 + kept_B
+        self.pending = pending_B
+        self.t += 1
+        self._drop(ended_B)
+
+    def _emit(self, rows: torch.Tensor, tok: torch.Tensor, lp: torch.Tensor, ent: torch.Tensor) -> torch.Tensor:
+        """Append one token to each of these rows at its own length (speculative steps); returns which of
+        them ended (EOS or their limit)."""
+        at = self.length[rows]
+        self.tok_buf[rows, at], self.lp_buf[rows, at], self.ent_buf[rows, at] = tok, lp, ent
+        self.ent_sum[rows] += ent
+        self.length[rows] += 1
+        eos = tok == self.pol.eos_id
+        self.hit_eos[rows[eos]] = True
+        return eos | (self.length[rows] >= self.limit[rows])
+
+    def _drop(self, ended_B: torch.Tensor) -> None:
+        """Rows that ended in a speculative step leave the running batch."""
+        if not ended_B.any():
+            return
+        act = self.active
+        self.finished[act[ended_B]] = True
+        keep = (~ended_B).nonzero().squeeze(-1)
+        self.active = act[keep]
+        if len(keep):
+            self.pos, self.key_mask, self.pending = self.pos[keep], self.key_mask[keep], self.pending[keep]
+            self.cache = self.pol.select_cache(self.cache, keep)
 
     def _forward(self, *args):
         """The policy's forward: (logits, cache, the last layer's hidden states, or None unless kept).
@@ -403,7 +530,7 @@ class DecodeState:
             if u not in self.reported and all(fin[i] for i in rows):
                 self.reported.add(u)
                 out.append(Finished(req, Group(req.prompt, [self._rollout(u, i) for i in rows]),
-                                    self.prompt_tokens[u] if req.n else 0))
+                                    self.prompt_tokens[u] if req.n else 0, sum(self.verified[i] for i in rows)))
         return out
 
     def abort(self, ids: set[int]) -> list[Finished]:
@@ -455,7 +582,10 @@ class DecodeState:
         if len(keep):
             self.pos, self.key_mask = self.pos[keep], self.key_mask[keep]
             self.cache = self.pol.select_cache(self.cache, keep)
-            self.last_logits = self.last_logits[keep]
+            if self.last_logits is not None:
+                self.last_logits = self.last_logits[keep]
+            if self.pending is not None:
+                self.pending = self.pending[keep]
             if self.last_hidden is not None:
                 self.last_hidden = self.last_hidden[keep]
 
@@ -480,6 +610,9 @@ class DecodeState:
             c = continued(pre, toks, lps, ents, torch.full((k,), self.version, device="cpu"))
             toks, lps, ents, versions, lineage = c.token_ids_T, c.logprobs_T, c.entropy_T, c.versions_T, c.lineage
             ent_mean = float(ents.mean()) if len(ents) else 0.0
+        drafted = int(self.drafted[row])
+        if drafted:  # kept draft tokens were verified, not decoded (the ledger's kind "draft")
+            lineage.tokens_by_kind = {"decoded": k - drafted, "draft": drafted}
         t = self.engine.params(req)[0]
         status = status_of(reason)
         out = Rollout(

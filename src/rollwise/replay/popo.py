@@ -34,9 +34,9 @@ when generated and are not decoded again; the driver counts them as reused token
 budget charges at the learner's per-token cost. The zero-variance rows they replace are settled as
 discarded. The version is read from this step's fresh rows (the newest policy_version among them).
 
-What the hooks cannot do (so not done here): a component cannot see the learner's correction, so it
-cannot check that replayed rows are trained with one, nor record which one on each row; the learner
-settings above are the user's to set (docs/methods_beyond.md).
+Each copy also carries `meta["replay_correction"]`, the learner's correction by name (StepContext.correction;
+"unknown" in a host that does not say); setting one is the user's (docs/methods_beyond.md). The buffer,
+the copies and what may be stored are shared with experience replay (replay/buffer.py).
 
 Defaults [INF]: capacity = 256 groups (oldest evicted first), max_age = 4 policy versions.
 Composes with selectors (greso+popo: GRESO's refill drops zero-variance groups first, POPO replaces any
@@ -45,22 +45,12 @@ accept then drops none of them) and with DAPO (POPO's swaps happen before DAPO's
 """
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 
 from ..control.base import Component, StepContext
 from ..core.registry import register
-from ..core.types import Batch, Group, Rollout
-
-
-def replay_copy(r: Rollout, age: int) -> Rollout:
-    """A copy of a stored rollout for the batch: same tokens, mu and version; its age in meta. A light
-    row (the simulator's, a host's: outcome and length only) is copied as it is."""
-    if not isinstance(r, Rollout):
-        return replace(r)
-    return replace(r, token_ids_T=r.token_ids_T.clone(), logprobs_T=r.logprobs_T.clone(),
-                   prompt_ids=list(r.prompt_ids), meta={**r.meta, "replay_age": int(age)}, lineage=replace(r.lineage))
+from ..core.types import Batch, Group
+from .buffer import effective_entry, entries_from_state, entries_state, fresh_version, replayed_group
 
 
 @register("planner", "popo", provenance="ABS+INF",
@@ -70,7 +60,7 @@ class POPO(Component):
         if capacity < 1 or max_age < 1:
             raise ValueError(f"popo: need capacity >= 1 and max_age >= 1, not capacity={capacity}, max_age={max_age}")
         self.capacity, self.max_age = int(capacity), int(max_age)
-        # buffered effective groups, oldest first: {"pid", "version", "var", "rollouts"}
+        # buffered effective groups, oldest first: {"pid", "version", "var", "rollouts", "uses"} (buffer.py)
         self.buffer: list[dict] = []
         self._replayed: set[int] = set()  # id() of this step's replayed copies (never stored again)
 
@@ -78,10 +68,9 @@ class POPO(Component):
         self._replayed = set()
 
     def finish(self, groups: list[Group], ctx: StepContext) -> list[Group]:
-        fresh = [r for g in groups for r in g.rollouts if r.fate == "open"]
-        if not fresh or not any(g.zero_variance for g in groups):
+        version = fresh_version(groups)
+        if version is None or not any(g.zero_variance for g in groups):
             return groups
-        version = max(r.policy_version for r in fresh)
         self.buffer = [e for e in self.buffer if version - e["version"] <= self.max_age]
         busy = {g.prompt.id for g in groups}
         order = sorted(range(len(self.buffer)), key=lambda i: (-self.buffer[i]["version"], -self.buffer[i]["var"], i))
@@ -92,11 +81,9 @@ class POPO(Component):
                 out.append(g)
                 continue
             i = queue.pop(0)
-            e = self.buffer[i]
-            age = version - e["version"]
-            copies = [replay_copy(r, age) for r in e["rollouts"]]
-            self._replayed.update(id(r) for r in copies)
-            out.append(Group(ctx.pool[e["pid"]], copies, {"replay_age": age}))
+            replayed = replayed_group(self.buffer[i], ctx.pool, version, ctx.correction)
+            self._replayed.update(id(r) for r in replayed.rollouts)
+            out.append(replayed)
             used.add(i)
         self.buffer = [e for i, e in enumerate(self.buffer) if i not in used]  # each group replays once
         m = ctx.metrics
@@ -107,19 +94,16 @@ class POPO(Component):
 
     def observe(self, groups: list[Group], batch: Batch, ctx: StepContext) -> None:
         for g in groups:  # this step's fresh groups (ctx.groups), never a replayed copy
-            rows = [r for r in g.rollouts if id(r) not in self._replayed and r.fate == "trained"]
-            if len(rows) < 2 or len({r.reward for r in rows}) < 2:
+            e = effective_entry(g, self._replayed)
+            if e is None:
                 continue
-            self.buffer = [e for e in self.buffer if e["pid"] != g.prompt.id]  # the newest group of a prompt
-            self.buffer.append({"pid": g.prompt.id, "version": max(r.policy_version for r in rows),
-                                "var": float(np.var([r.reward for r in rows])), "rollouts": rows})
+            self.buffer = [b for b in self.buffer if b["pid"] != g.prompt.id]  # the newest group of a prompt
+            self.buffer.append(e)
         del self.buffer[: max(0, len(self.buffer) - self.capacity)]
         ctx.metrics["popo/buffer"] = float(len(self.buffer))
 
     def state_dict(self) -> dict:
-        return {"buffer": [{"pid": e["pid"], "version": e["version"], "var": e["var"],
-                            "rollouts": [r.to_state() for r in e["rollouts"]]} for e in self.buffer]}
+        return {"buffer": entries_state(self.buffer)}
 
     def load_state_dict(self, s: dict) -> None:
-        self.buffer = [{"pid": int(e["pid"]), "version": int(e["version"]), "var": float(e["var"]),
-                        "rollouts": [Rollout.from_state(d) for d in e["rollouts"]]} for e in s["buffer"]]
+        self.buffer = entries_from_state(s["buffer"])

@@ -66,15 +66,20 @@ class StepDriver:
         for i, r in enumerate(requests, self._next_id):
             r.id = i
         self._next_id += len(requests)
+        drafter = wave.drafter if wave is not None else None
+        if drafter is not None and not getattr(self.engine, "drafts", False):
+            raise ValueError(f"engine {type(self.engine).__name__} does not verify drafts (the Engine protocol's "
+                             "optional submit(requests, drafter=...)), which this planner needs")
         with self.ledger.timer("generate"):
             if wave is None or (wave.enough is None and wave.watch is None):
-                events = self._run_sync(requests)
+                events = self._run_sync(requests, drafter)
                 groups = [e.group for e in events]
                 self._score(groups)
             else:
                 events = self._stepwise(requests, wave.enough, wave.watch, wave.hidden)
                 groups = [e.group for e in events]
         self.ledger.charge(groups, sum(e.prompt_tokens for e in events))
+        self.ledger.verified_tokens += sum(e.verified_tokens for e in events)  # drafts scored in the engine (DAS)
         if wave is not None and wave.watch is not None:  # only a watcher's Decisions prune samples
             self._drop_pruned(groups)
         self._generated += groups
@@ -89,13 +94,14 @@ class StepDriver:
                 self.ledger.settle([Group(g.prompt, pruned)], "open", "pruned")
                 g.rollouts = [r for r in g.rollouts if r.status != "pruned"]
 
-    def _run_sync(self, requests: list[Request]) -> list[Finished]:
+    def _run_sync(self, requests: list[Request], drafter=None) -> list[Finished]:
         """run_sync, except that a request whose prefix is already a finished response (a draft that
         SPEC-RL accepted whole) asks the engine for nothing: it comes back as that response."""
+        submit = {} if drafter is None else {"drafter": drafter}
         whole = [r.prefix is not None and r.prefix.status == "done" for r in requests]
         if not any(whole):
-            return run_sync(self.engine, requests)
-        events = iter(run_sync(self.engine, [r for r, w in zip(requests, whole) if not w]))
+            return run_sync(self.engine, requests, **submit)
+        events = iter(run_sync(self.engine, [r for r, w in zip(requests, whole) if not w], **submit))
         return [Finished(r, Group(r.prompt, [r.prefix]), 0) if w else next(events) for r, w in zip(requests, whole)]
 
     def _score(self, groups: list[Group]) -> None:

@@ -137,7 +137,7 @@ class Trainer:
 
     def context(self, step: int) -> StepContext:
         return StepContext(step, self.cfg.batch_size, self.cfg.n, self.pool, self.history, self.ledger, self.rng,
-                           self.policy, task=self.task)
+                           self.policy, task=self.task, correction=self.cfg.learner.correction)
 
     def ledger_view(self) -> dict:
         """The ledger's figures for a metrics row (taken right after a step's rollouts are settled)."""

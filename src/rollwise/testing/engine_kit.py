@@ -30,7 +30,9 @@ Checks (each names its rule in the message):
   declared       "inflight" (peek and stop methods): peek shows each running sample's tokens, stop
                  ends samples as "stop"/"pruned" rows holding exactly those tokens; "hidden_states"
                  (hidden_states = True): submit(hidden=True)/peek(hidden=True) give a 1-D hidden state
-                 per running sample and the same samples as without
+                 per running sample and the same samples as without; "drafts" (drafts = True):
+                 submit(drafter=f) gives greedy rows identical to plain ones whatever f proposes, kept
+                 draft tokens of kind "draft" and Finished.verified_tokens >= the tokens kept
 
 update_weights is checked by changing the policy's weights in place (as the learner does) and putting
 them back afterwards. The checks take seconds on the tiny model; an engine whose numerics differ
@@ -47,7 +49,7 @@ from ..core.types import Prompt, Request, SamplingParams
 from ..generate.continuation import FINISH_STATUS
 from ..generate.engine import Finished, number
 
-CAPABILITIES = ("inflight", "hidden_states")  # the optional parts of the protocol
+CAPABILITIES = ("inflight", "hidden_states", "drafts")  # the optional parts of the protocol
 PROMPTS = (Prompt(0, "12+3=", "15"), Prompt(1, "100+250=", "350"), Prompt(2, "7=", "7"))
 MAX_NEW = 8  # the engines' max_new_tokens unless a check says otherwise
 
@@ -66,7 +68,7 @@ def check_engine(make_engine, *, policy=None, capabilities=None, prompts=None, l
         raise ValueError(f"check_engine: unknown capabilities {sorted(unknown)} (known: {', '.join(CAPABILITIES)})")
     for cap in sorted(caps - declared(first)):
         _fail("capabilities", f"{cap!r} is claimed but the engine does not declare it "
-                              "(peek and stop methods; hidden_states = True)")
+                              "(peek and stop methods; hidden_states = True; drafts = True)")
     checks = [("requests and groups", lambda: kit.groups(first)), ("abort of a queued request", kit.abort_queued),
               ("seeded determinism", kit.determinism)]
     if policy is not None:
@@ -80,6 +82,8 @@ def check_engine(make_engine, *, policy=None, capabilities=None, prompts=None, l
         checks.append(("peek and stop", kit.inflight))
     if "hidden_states" in caps:
         checks.append(("hidden states", kit.hidden))
+    if "drafts" in caps and policy is not None:
+        checks.append(("drafts", kit.drafts))
     for _, run in checks:
         run()
     return [name for name, _ in checks]
@@ -92,6 +96,8 @@ def declared(engine) -> set[str]:
         caps.add("inflight")
     if getattr(engine, "hidden_states", False):
         caps.add("hidden_states")
+    if getattr(engine, "drafts", False):
+        caps.add("drafts")
     return caps
 
 
@@ -510,6 +516,32 @@ class _Kit:
         plain = self.run(self.engine(max_new_tokens=16), _same_requests(reqs))
         _require(self._samples(with_hidden) == self._samples(plain), rule,
                  "submit(hidden=True) changed the samples (it must only keep the hidden states)")
+
+    def drafts(self) -> None:
+        """Greedy rows decoded with a drafter (the plain rows' own continuation for even samples, a wrong
+        one for odd samples) are the plain greedy rows; what was kept was scored."""
+        rule = "drafts"
+        reqs = self.requests([2, 1])
+        plain = self.run(self.engine(temperature=0.0, max_new_tokens=16), reqs)
+        want = {e.request.id: [r.token_ids_T.tolist() for r in e.group.rollouts] for e in plain}
+
+        def drafter(req, sample, tokens):
+            row = want[req.id][sample]
+            return row[len(tokens):len(tokens) + 3] if sample % 2 == 0 else [row[-1]] * 3
+
+        eng = self.engine(temperature=0.0, max_new_tokens=16)
+        again = _same_requests(reqs)
+        eng.submit(again, drafter=drafter)
+        got = self.drain(eng, again, {})
+        _require({e.request.id: [r.token_ids_T.tolist() for r in e.group.rollouts] for e in got} == want, rule,
+                 "greedy rows decoded with a drafter differ from the plain greedy rows (verification must be exact)")
+        for e in got:
+            kept = sum(r.tokens_by_kind().get("draft", 0) for r in e.group.rollouts)
+            _require(e.verified_tokens >= kept, rule, f"request {e.request.id} kept {kept} draft tokens but "
+                     f"Finished.verified_tokens says {e.verified_tokens} were scored")
+        _require(any(r.tokens_by_kind().get("draft", 0) for e in got for r in e.group.rollouts)
+                 or all(len(x) < 3 for rows in want.values() for x in rows), rule,
+                 "no draft token was kept though the drafter proposed each row's own continuation")
 
 
 def _rows(events) -> list:
