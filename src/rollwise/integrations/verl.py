@@ -276,14 +276,9 @@ class RollwiseReplayBuffer(ReplayBuffer):
         (AR3PO's stored correct responses, pilot-commit's pilots): copy its fields and tags out of
         TransferQueue now, before verl clears them, so it can be trained in a later step."""
         kept = [r for ref in refs for r in [ref()] if r is not None and r.saved is None and r.keys]
-        if kept:
-            keys = [k for r in kept for k in r.keys]
-            data = tq.kv_batch_get(keys=keys, partition_id=partition_id)
-            at = 0
-            for r in kept:
-                idx = list(range(at, at + len(r.keys)))
-                r.saved = (data[idx], [dict(self.partitions[partition_id][k]) for k in r.keys])
-                at += len(r.keys)
+        for r in kept:
+            r.saved = (tq.kv_batch_get(keys=list(r.keys), partition_id=partition_id),
+                       [dict(self.partitions[partition_id][k]) for k in r.keys])
 
     def _write_batch(self, rows, partition_id: str) -> list[str]:
         """Make TransferQueue hold exactly the trained rows, one uid per trained group: a prompt's rows
