@@ -48,13 +48,14 @@ class StandInServer:
     after the prompt, at most max_tokens more; "completed" once the sample's own length is reached."""
 
     def __init__(self):
-        self.samples = {}  # request_id -> (pid, j, prompt length)
+        self.samples = {}  # request_id -> (pid, j); its prompt is what the first call of the request sends
+        self.prompt_len = {}
         self.decoded = 0
         self.calls = 0
 
     async def generate(self, *, request_id, prompt_ids, sampling_params):
-        pid, j, plen = self.samples[request_id]
-        have = len(prompt_ids) - plen
+        pid, j = self.samples[request_id]
+        have = len(prompt_ids) - self.prompt_len.setdefault(request_id, len(prompt_ids))
         end = min(LENGTHS[pid, j], have + int(sampling_params["max_tokens"]))
         toks = [token(pid, j, k) for k in range(have, end)]
         self.decoded += len(toks)
@@ -82,7 +83,7 @@ class SegmentedAgentLoop:
             uid, pid, n = batch["uid"][i], int(batch["index"][i]), int(batch["__rollout_n__"][i])
             watch = ray.get_actor(batch[WATCH_FIELD][i])
             for s in range(n):
-                self.server.samples[f"{uid}_{s}"] = (pid, s, 2)
+                self.server.samples[f"{uid}_{s}"] = (pid, s)
                 sessions.append(self._session(uid, pid, s, watch, int(batch[SEGMENT_FIELD][i]),
                                               int(batch["global_steps"])))
         await asyncio.gather(*sessions)
@@ -199,3 +200,43 @@ def test_watch_server_shows_the_watcher_one_sample_and_records_its_decisions():
     decisions, got = server.close()
     assert [(d.action, d.weight) for d in decisions[("b", 1)]] == [("keep", 2.0), ("pruned", None)]
     assert list(decisions) == [("b", 1)] and got == {"before": 1.0, "calls": 1}
+
+
+def test_rollwise_agent_loop_runs_in_verl_agent_loop_machinery(transfer_queue):
+    """The registered agent loop itself (verl's AgentLoopBase: continuous-token prompt building and response
+    merging) on CPU, with a character tokenizer, the stand-in server and a WatchServer actor: a watcher that
+    prunes at 4 tokens ends the session after the second 2-token segment, marked pruned."""
+    from omegaconf import OmegaConf
+    from verl.experimental.agent_loop.agent_loop import DictConfigWrap, _agent_loop_registry
+
+    from rollwise.control.base import Decision
+    from rollwise.integrations.verl_agent_loop import RollwiseAgentLoop
+    from rollwise.policy.tokenizer import char_tokenizer
+
+    assert _agent_loop_registry[AGENT_NAME]["_target_"].endswith("verl_agent_loop.RollwiseAgentLoop")
+    tok = char_tokenizer()
+    tok.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    cfg = OmegaConf.create({"actor_rollout_ref": {"rollout": {"prompt_length": 64, "response_length": MAX_TOKENS}},
+                            "data": {}})
+    server = StandInServer()
+    watch = ray.remote(WatchServer).options(name="rollwise-watch-test").remote()
+
+    def prune_at_4(running):
+        return [Decision(i, j, "pruned") for i, ss in running.items() for j, s in enumerate(ss)
+                if s is not None and len(s) >= 4]
+
+    ray.get(watch.open.remote((prune_at_4, {}), {"u": 0}, {"u": 2}))
+
+    async def run():
+        loop = RollwiseAgentLoop(trainer_config=DictConfigWrap(cfg), server_manager=server, tokenizer=tok,
+                                 processor=None, dataset_cls=None, data_config=DictConfigWrap(cfg.data))
+        server.samples["u_1"] = (1, 1)
+        return await loop.run({"temperature": 1.0}, raw_prompt=[{"role": "user", "content": "12+3="}], uid="u",
+                              session_id=1, **{WATCH_FIELD: "rollwise-watch-test", SEGMENT_FIELD: 2})
+
+    out = asyncio.run(run())
+    assert out.response_ids == [0, 1, 2, 3] and out.response_logprobs == pytest.approx([-0.01, -0.02, -0.03, -0.04])
+    assert out.extra_fields["rollwise_status"] == "pruned" and out.extra_fields["rollwise_segments"] == 2
+    decisions, _ = ray.get(watch.close.remote())
+    assert [d.action for d in decisions[("u", 1)]] == ["pruned"]
+    ray.kill(watch)
