@@ -35,11 +35,18 @@ def outcome(pid: int, j: int):
     return toks, [-0.01 * (t % 97) - 0.001 * j for t in toks], correct
 
 
-class ScriptEngine(Engine):
-    """rollwise's side: the j-th sample of prompt x (counted over the whole run) is outcome(x, j)."""
+def mixed(pid: int, j: int):
+    """outcome's tokens; prompts 0 mod 4 always right, 1 mod 4 never, the others right at every other sample."""
+    toks = [100 * pid + 10 * j + t for t in range(2 + (pid + j) % 3)]
+    return toks, [-0.01 * (t % 97) - 0.001 * j for t in toks], {0: True, 1: False}.get(pid % 4, j % 2 == 0)
 
-    def __init__(self):
+
+class ScriptEngine(Engine):
+    """rollwise's side: the j-th sample of prompt x (counted over the whole run) is script(x, j)."""
+
+    def __init__(self, script=outcome):
         super().__init__(rates=None)
+        self.script = script
 
     def poll(self, max_steps=None):
         out = []
@@ -48,7 +55,7 @@ class ScriptEngine(Engine):
             for _ in range(q.n):
                 j = self.seen.get(q.prompt.id, 0)
                 self.seen[q.prompt.id] = j + 1
-                toks, lps, ok = outcome(q.prompt.id, j)
+                toks, lps, ok = self.script(q.prompt.id, j)
                 rows.append(Rollout(q.prompt.id, [1, 2], torch.tensor(toks), torch.tensor(lps), "x", "eos",
                                     self.version, q.purpose, reward=float(ok), correct=ok))
             out.append(Finished(q, Group(q.prompt, rows), 2))
@@ -59,9 +66,10 @@ class ScriptAgentLoop:
     """verl's side: writes, per session, what AgentLoopWorkerTQ writes (fields and tags) for outcome(x, j),
     j counted per prompt over the run in submission order, as the scripted engine counts it."""
 
-    def __init__(self):
+    def __init__(self, script=outcome):
         self.seen = {}
         self.rounds = []
+        self.script = script
 
     def generate_sequences(self, batch):
         self.rounds.append([(int(batch["index"][i]), int(batch["__rollout_n__"][i])) for i in range(len(batch))])
@@ -70,7 +78,7 @@ class ScriptAgentLoop:
             for s in range(n):
                 j = self.seen.get(idx, 0)
                 self.seen[idx] = j + 1
-                toks, lps, ok = outcome(idx, j)
+                toks, lps, ok = self.script(idx, j)
                 scores = torch.zeros(len(toks))
                 scores[-1] = float(ok)
                 tq.kv_put(key=f"{uid}_{s}_0", partition_id="train",
@@ -169,3 +177,28 @@ def test_ar3po_reuse_keeps_only_what_the_planner_keeps(transfer_queue):
     del stored, r
     verl_step(trainer, buffer, 2)  # prompt 0 is right again: its newer response replaces the stored one
     assert first() is None
+
+
+@pytest.mark.parametrize("planner", ["aero", "dars", "pilot-commit", "pvpo", "sgpo", "cures", "greso+oracle"])
+def test_every_sampling_planner_runs_in_verl_as_in_rollwise_driver(transfer_queue, planner):
+    """Stages (aero, dars), pilots (pilot-commit), profiles (pvpo, sgpo, cures) and the oracle's measurements:
+    the same rounds, the same trained rows and the same charges as rollwise's driver, for two steps; one uid per
+    trained prompt; nothing left in TransferQueue. 16 prompts, 4 per step."""
+    ctx, engine = make_ctx(16, B=4, n=2, seed=1), ScriptEngine(mixed)
+    mine = build_planner(planner, 16, ctx.rng)
+    trainer = make_trainer(train_batch_size=4, n=2)
+    trainer.agent_loop_manager = loop = ScriptAgentLoop(mixed)
+    buffer = make_buffer(trainer, planner, seed=1)
+    for step in (1, 2):
+        ctx.step = step
+        batch, _, _ = driver_step(mine, ctx, engine)
+        assert batch.groups  # verl cannot train an empty batch
+        groups, _ = verl_step(trainer, buffer, step)
+        assert {pid: [t for _, t, _, _ in rows] for pid, rows in groups.items()} == \
+            {g.prompt.id: [r.token_ids_T.tolist() for r in g.rollouts] for g in batch.groups}
+    assert [[(q.prompt.id, q.n) for q in sub] for sub in engine.submitted] == loop.rounds[:len(engine.submitted)]
+    assert len(loop.rounds) == len(engine.submitted)
+    for fate in ("trained", "discarded", "scored"):
+        assert buffer.ledger.count(fate=fate) == ctx.ledger.count(fate=fate), fate
+    assert buffer.ledger.reused_tokens == ctx.ledger.reused_tokens
+    assert not train_keys_left()

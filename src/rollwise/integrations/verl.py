@@ -17,24 +17,39 @@ How it hooks in (the choices, and why):
   routes the trainer's `_next_train_batch` through the planner (on that trainer instance only: the
   trainer is `refill_fn.__self__`): the step's first batch and every refill are the prompts the
   planner chose, each with its own `__rollout_n__` (verl's per-prompt n).
-* `sample` waits for the round's groups, reads their rewards (`rm_scores` summed per trajectory) and
-  lengths, and hands them to the planner, which asks for a refill round (DAPO dynamic sampling) or
-  returns the batch. Groups that do not train (zero-variance, surplus) are cleared from TransferQueue;
-  the batch is the trained groups' trajectories. verl's advantages group by uid, so group sizes may
-  differ. Every group rolled out is recorded in PromptHistory, so history-based planners learn.
-* Refused, by name: trainer modes other than "sync" (the async modes sample stale, partly generated
-  groups, which the planner's step model does not describe), `parameter_sync_step` != 1, verl's own
-  `algorithm.filter_groups` (filtering would happen twice), and components verl cannot serve here:
-  extra samples after seeing results (ar3po, aero, dars, pilot-commit, oracle, pvpo, sgpo, cures,
-  dots), the policy (hive, dots, cures: the model lives in remote workers), per-step sampling
-  parameters (e3).
+* `sample` runs the step's rounds through rollwise's own `StepDriver.generate`, against
+  `TransferQueueEngine`: `submit` hands a round to verl (the first went out with `prepare_step`, later
+  ones through `refill_fn`), `poll` waits for its groups in TransferQueue (reward: `rm_scores` summed per
+  session; length: its response tokens). So charges, pruned rows and fates are the driver's code, and
+  the planner's coroutine decides every round: DAPO refills, AR3PO/AERO/DARS stages (the same prompts
+  again, under new uids), pilots, profiles and oracle measurements.
+* Before the batch is materialised, each trained group is made one uid in TransferQueue: rows of its
+  prompt's later rounds are rewritten under its first round's uid as new sessions, so verl's GRPO
+  advantage (grouped by uid) sees one group per prompt. Rows of earlier steps that a component put
+  back (AR3PO's reuse) are written the same way from the copy taken when the component kept them (any
+  rollout still referenced after the step is a kept one): their fields, behaviour log-probs
+  (`rollout_log_probs`) and tags (the step that generated them) as they were. Every other row of the
+  step is cleared.
+* A planner with a Watcher that reads tokens only (DUET's abort) sends its rows to rollwise's
+  segmented agent loop (verl_agent_loop.py): sessions generate in segments of `segment_tokens`, and the
+  round's watcher, held by a Ray actor, is consulted between them. Pruned sessions are charged as
+  pruned and leave their group; a row kept with an importance weight gets it as `rollout_is_weights`.
+* Refused, by name, at build time: trainer modes other than "sync" (the async modes sample stale,
+  partly generated groups, which the planner's step model does not describe), `parameter_sync_step`
+  != 1, verl's own `algorithm.filter_groups` (filtering would happen twice), response reuse without
+  behaviour log-probs (`calculate_log_probs=false`), a watcher's weights together with
+  `rollout_correction.rollout_is` (both write `rollout_is_weights`), and components verl cannot serve
+  (integrations/verl_host.py): the policy in this process (hive, dots, spec-rl), hidden states in
+  flight (arrol), rows resumed from their tokens or carried across steps (treepo, april), per-step
+  sampling parameters (e3).
 * Validation (`partition_id="val"`) is verl's own sampling, untouched.
 
 `sampler_kwargs`: planner (spec, required), planner_options ({component: kwargs}), seed (0), n (default
 `actor_rollout_ref.rollout.n`), success_threshold (1.0), correct_field (a `reward_extra_info` key such
-as "acc" to judge correctness by; default: the summed reward).
+as "acc" to judge correctness by; default: the summed reward), segment_tokens (16: tokens per segment
+for a watched planner).
 Tested on CPU against a real TransferQueue with verl's trainer methods bound to a stub (as verl's own
-CPU tests do); a full verl run needs GPUs and is untested here.
+CPU tests do) and a CPU stand-in for the rollout server; a full verl run needs GPUs and is untested here.
 """
 from __future__ import annotations
 
@@ -265,6 +280,8 @@ class RollwiseReplayBuffer(ReplayBuffer):
         rows = [(g.prompt.id, [(r.keys, r.saved, r.meta.get("is_weight")) for r in g.rollouts])
                 for g in result.trained if g.n > 0]
         if not rows:
+            self._write_batch([], "train")  # leave nothing of the step behind
+            self._first, self._step_uids = {}, set()
             raise RuntimeError(f"planner {self.host.name!r} kept no group this step ({result.rounds} rounds); "
                                "verl cannot train on an empty batch (allow more refill rounds, e.g. dapo max_rounds)")
         metrics = {"step": result.step, **result.metrics, **_fate_tokens(self.ledger, before)}
@@ -281,10 +298,10 @@ class RollwiseReplayBuffer(ReplayBuffer):
                        [dict(self.partitions[partition_id][k]) for k in r.keys])
 
     def _write_batch(self, rows, partition_id: str) -> list[str]:
-        """Make TransferQueue hold exactly the trained rows, one uid per trained group: a prompt's rows
-        from later rounds (stages, pilots) and rows from earlier steps (AR3PO's reuse) are written under
-        the uid of its first round as new sessions; every other row of the step is cleared. Returns the
-        groups' uids. With in-flight weights, every trained row gets `rollout_is_weights` (verl's policy
+        """Make TransferQueue hold exactly the trained rows, one uid per trained group, its sessions
+        0..n-1 in the group's order: a prompt's rows from later rounds (stages) and rows from earlier
+        steps (AR3PO's reuse, committed pilots) are written under the uid of its first round; every
+        other row of the step is cleared. Returns the groups' uids. With in-flight weights, every trained row gets `rollout_is_weights` (verl's policy
         loss multiplies each token's loss by it)."""
         partition = self.partitions[partition_id]
         keep: list[str] = []
@@ -294,20 +311,17 @@ class RollwiseReplayBuffer(ReplayBuffer):
         for pid, group in rows:
             uid = self._first.get(pid) or str(uuid.uuid4())
             keep.append(uid)
-            taken = {int(k.split("_")[1]) for keys, _, _ in group for k in keys if k.split("_")[0] == uid}
-            for keys, saved, weight in group:
-                if keys and all(k.split("_")[0] == uid for k in keys) and saved is None:
-                    new_keys, tags = list(keys), [partition[k] for k in keys]
-                else:  # a later round's row, or one saved from an earlier step: a new session of this group
-                    session = next(s for s in range(len(taken) + 1) if s not in taken)
-                    taken.add(session)
+            for session, (keys, saved, weight) in enumerate(group):  # sessions 0..n-1 in the group's order
+                new_keys = [f"{uid}_{session}_{k.split('_')[2]}" for k in keys]
+                if saved is None and list(keys) == new_keys:
+                    tags = [partition[k] for k in keys]
+                else:  # a later round's row, a row that moved up, or one saved from an earlier step
                     data, tags = saved if saved is not None else (
                         tq.kv_batch_get(keys=list(keys), partition_id=partition_id), [dict(partition[k]) for k in keys])
                     data = data.clone()
                     data["uid"] = NonTensorStack(*[uid] * len(keys))
                     data["session_id"] = NonTensorStack(*[session] * len(keys))
-                    new_keys = [f"{uid}_{session}_{k.split('_')[2]}" for k in keys]
-                    moved.append((data, tags, new_keys))
+                    moved.append((data, tags, new_keys))  # written once every row has been read
                 kept_keys.update(new_keys)
                 for k, tag in zip(new_keys, tags):  # (weight, response tokens) per trained output
                     weights[k] = (1.0 if weight is None else float(weight), int(tag.get("response_len", 0)))
