@@ -245,3 +245,13 @@ def test_validation_is_verls_own_sampling(transfer_queue):
     meta, _ = buffer.sample(global_steps=1, partition_id="val", batch_size=1)
     assert list(meta.keys) == ["val1_0_0"]
     tq.kv_clear(keys=list(meta.keys), partition_id="val")
+
+
+def test_refuses_a_dataset_without_the_column_the_agent_loop_reads(monkeypatch):
+    monkeypatch.setattr(rv, "_start_watch_server", lambda: (None, "no-ray-here"))
+    trainer = make_trainer()
+    trainer.train_dataset = [{"prompt": "q", "index": i} for i in range(POOL)]
+    make_buffer(trainer, "duet-abort")
+    with pytest.raises(ValueError, match=r"train dataset's rows have no 'raw_prompt' column \(row 0 has \['index', "
+                                         r"'prompt'\]\)"):
+        trainer._next_train_batch()
