@@ -124,6 +124,14 @@ def test_contract_with_installed_verl():
         "tests/test_integrations_verl.py against it, then update TESTED and scripts/extras/verl-v1.sh")
 
 
+@pytest.mark.parametrize("installed", ["0.8.2", "0.10.0"])
+def test_a_verl_outside_the_supported_range_is_refused_in_one_line(monkeypatch, installed):
+    monkeypatch.setattr(rv.verl, "__version__", installed)
+    with pytest.raises(RuntimeError, match=rf"^rollwise's verl integration supports verl >=0.9.1,<0.10 .*installed "
+                                           rf"verl {installed}: install a supported verl$"):
+        make_buffer(make_trainer(), "dapo")
+
+
 def test_a_changed_hook_fails_loudly(monkeypatch):
     def _next_train_batch(self, n_prompts=None):  # a release that renamed the parameter
         pass

@@ -73,6 +73,7 @@ from .verl_agent_loop import AGENT_NAME, SEGMENT_FIELD, WATCH_FIELD, WatchServer
 from .verl_host import VerlHost, VerlRollout
 
 TESTED = {"verl": "0.9.1", "transferqueue": "0.1.11"}
+SUPPORTED = ">=0.9.1,<0.10"  # verl versions the integration is built for; others are refused when it is built
 
 try:
     import transfer_queue as tq
@@ -116,10 +117,15 @@ def _owners() -> dict:
 
 
 def check_verl() -> None:
-    """Raise, naming the hook, if the installed verl changed what this integration relies on; warn if
-    verl or transferqueue is not the tested version."""
+    """Raise, in one line, if the installed verl is outside SUPPORTED or changed a hook this integration
+    relies on (naming it); warn if verl or transferqueue is not the tested version."""
     from importlib.metadata import version
 
+    from packaging.specifiers import SpecifierSet
+
+    if verl.__version__ not in SpecifierSet(SUPPORTED):
+        raise RuntimeError(f"rollwise's verl integration supports verl {SUPPORTED} (tested with {TESTED['verl']}); "
+                           f"installed verl {verl.__version__}: install a supported verl")
     owners = _owners()
     problems = []
     for (owner, name), expected in HOOKS.items():
