@@ -124,6 +124,14 @@ def test_contract_with_installed_verl():
         "tests/test_integrations_verl.py against it, then update TESTED and scripts/extras/verl-v1.sh")
 
 
+@pytest.mark.parametrize("installed", ["0.8.2", "0.10.0"])
+def test_a_verl_outside_the_supported_range_is_refused_in_one_line(monkeypatch, installed):
+    monkeypatch.setattr(rv.verl, "__version__", installed)
+    with pytest.raises(RuntimeError, match=rf"^rollwise's verl integration supports verl >=0.9.1,<0.10 .*installed "
+                                           rf"verl {installed}: install a supported verl$"):
+        make_buffer(make_trainer(), "dapo")
+
+
 def test_a_changed_hook_fails_loudly(monkeypatch):
     def _next_train_batch(self, n_prompts=None):  # a release that renamed the parameter
         pass
@@ -137,13 +145,38 @@ def test_a_changed_hook_fails_loudly(monkeypatch):
         rv.check_verl()
 
 
-@pytest.mark.parametrize("planner, needs", [("ar3po", "ar3po needs on-demand sampling"),
-                                            ("hive", "hive needs the policy itself"),
-                                            ("e3", "e3 sets sampling parameters per step"),
-                                            ("greso+oracle", "oracle needs on-demand sampling")])
+@pytest.mark.parametrize("planner, needs", [
+    ("hive", "hive needs the policy itself"), ("dots", "dots needs the policy itself"),
+    ("e3", "e3 sets sampling parameters per step"),
+    ("arrol", "arrol reads hidden states in flight, which verl's rollout servers do not expose"),
+    ("april", "april carries unfinished rows to the next step"),
+    ("treepo", "treepo needs an engine that continues rows from their tokens"),
+    ("spec-rl", "spec-rl needs the policy itself")])
 def test_refuses_what_verl_cannot_serve_by_name(planner, needs):
-    with pytest.raises(ValueError, match=needs):
+    with pytest.raises(ValueError, match=f"^verl 0.9.1 v1 trainer cannot run planner .*{needs}"):
         make_buffer(make_trainer(), planner)
+
+
+@pytest.mark.parametrize("planner", ["ar3po", "aero", "dars", "pilot-commit", "pvpo", "sgpo", "cures",
+                                     "greso+oracle", "duet+duet-abort"])
+def test_builds_every_sampling_and_token_watching_planner(planner, monkeypatch):
+    monkeypatch.setattr(rv, "_start_watch_server", lambda: (None, "no-ray-here"))  # built, not run
+    buffer = make_buffer(make_trainer(), planner)
+    assert buffer.watched == ("duet-abort" in planner)
+
+
+def test_refuses_config_it_cannot_serve_in_one_line():
+    trainer = make_trainer()
+    trainer.config.actor_rollout_ref.rollout.calculate_log_probs = False
+    with pytest.raises(ValueError, match=r"ar3po reuses responses of earlier steps.*calculate_log_probs=true"):
+        make_buffer(trainer, "ar3po")
+    make_buffer(trainer, "ar3po", planner_options={"ar3po": {"reuse": "none"}})  # nothing reused: fine
+    trainer = make_trainer()
+    trainer.config.algorithm.rollout_correction = {"rollout_is": "token"}
+    with pytest.raises(ValueError, match="duet-abort gives rows importance weights"):
+        make_buffer(trainer, "duet-abort")
+    with pytest.raises(ValueError, match="disable algorithm.filter_groups"):
+        make_buffer(make_trainer(filter_groups=True), "dapo")
 
 
 def test_verl_builds_the_buffer_from_the_documented_config():
@@ -169,10 +202,6 @@ def test_refuses_async_modes_double_filtering_and_a_missing_trainer():
         rv.RollwiseReplayBuffer("sync", OmegaConf.create({}), None, "drop", {"planner": "dapo"}, refill_fn=None)
     with pytest.raises(ValueError, match="sampler_kwargs needs 'planner'"):
         make_buffer(trainer, "dapo", max_round=3)
-    trainer = make_trainer(filter_groups=True)
-    make_buffer(trainer, "dapo")
-    with pytest.raises(ValueError, match="disable algorithm.filter_groups"):
-        trainer._next_train_batch()
 
 
 def test_greso_dapo_filters_refills_and_learns_from_history(transfer_queue):
@@ -224,3 +253,13 @@ def test_validation_is_verls_own_sampling(transfer_queue):
     meta, _ = buffer.sample(global_steps=1, partition_id="val", batch_size=1)
     assert list(meta.keys) == ["val1_0_0"]
     tq.kv_clear(keys=list(meta.keys), partition_id="val")
+
+
+def test_refuses_a_dataset_without_the_column_the_agent_loop_reads(monkeypatch):
+    monkeypatch.setattr(rv, "_start_watch_server", lambda: (None, "no-ray-here"))
+    trainer = make_trainer()
+    trainer.train_dataset = [{"prompt": "q", "index": i} for i in range(POOL)]
+    make_buffer(trainer, "duet-abort")
+    with pytest.raises(ValueError, match=r"train dataset's rows have no 'raw_prompt' column \(row 0 has \['index', "
+                                         r"'prompt'\]\)"):
+        trainer._next_train_batch()

@@ -17,24 +17,39 @@ How it hooks in (the choices, and why):
   routes the trainer's `_next_train_batch` through the planner (on that trainer instance only: the
   trainer is `refill_fn.__self__`): the step's first batch and every refill are the prompts the
   planner chose, each with its own `__rollout_n__` (verl's per-prompt n).
-* `sample` waits for the round's groups, reads their rewards (`rm_scores` summed per trajectory) and
-  lengths, and hands them to the planner, which asks for a refill round (DAPO dynamic sampling) or
-  returns the batch. Groups that do not train (zero-variance, surplus) are cleared from TransferQueue;
-  the batch is the trained groups' trajectories. verl's advantages group by uid, so group sizes may
-  differ. Every group rolled out is recorded in PromptHistory, so history-based planners learn.
-* Refused, by name: trainer modes other than "sync" (the async modes sample stale, partly generated
-  groups, which the planner's step model does not describe), `parameter_sync_step` != 1, verl's own
-  `algorithm.filter_groups` (filtering would happen twice), and components verl cannot serve here:
-  extra samples after seeing results (ar3po, aero, dars, pilot-commit, oracle, pvpo, sgpo, cures,
-  dots), the policy (hive, dots, cures: the model lives in remote workers), per-step sampling
-  parameters (e3).
+* `sample` runs the step's rounds through rollwise's own `StepDriver.generate`, against
+  `TransferQueueEngine`: `submit` hands a round to verl (the first went out with `prepare_step`, later
+  ones through `refill_fn`), `poll` waits for its groups in TransferQueue (reward: `rm_scores` summed per
+  session; length: its response tokens). So charges, pruned rows and fates are the driver's code, and
+  the planner's coroutine decides every round: DAPO refills, AR3PO/AERO/DARS stages (the same prompts
+  again, under new uids), pilots, profiles and oracle measurements.
+* Before the batch is materialised, each trained group is made one uid in TransferQueue: rows of its
+  prompt's later rounds are rewritten under its first round's uid as new sessions, so verl's GRPO
+  advantage (grouped by uid) sees one group per prompt. Rows of earlier steps that a component put
+  back (AR3PO's reuse) are written the same way from the copy taken when the component kept them (any
+  rollout still referenced after the step is a kept one): their fields, behaviour log-probs
+  (`rollout_log_probs`) and tags (the step that generated them) as they were. Every other row of the
+  step is cleared.
+* A planner with a Watcher that reads tokens only (DUET's abort) sends its rows to rollwise's
+  segmented agent loop (verl_agent_loop.py): sessions generate in segments of `segment_tokens`, and the
+  round's watcher, held by a Ray actor, is consulted between them. Pruned sessions are charged as
+  pruned and leave their group; a row kept with an importance weight gets it as `rollout_is_weights`.
+* Refused, by name, at build time: trainer modes other than "sync" (the async modes sample stale,
+  partly generated groups, which the planner's step model does not describe), `parameter_sync_step`
+  != 1, verl's own `algorithm.filter_groups` (filtering would happen twice), response reuse without
+  behaviour log-probs (`calculate_log_probs=false`), a watcher's weights together with
+  `rollout_correction.rollout_is` (both write `rollout_is_weights`), and components verl cannot serve
+  (integrations/verl_host.py): the policy in this process (hive, dots, spec-rl), hidden states in
+  flight (arrol), rows resumed from their tokens or carried across steps (treepo, april), per-step
+  sampling parameters (e3).
 * Validation (`partition_id="val"`) is verl's own sampling, untouched.
 
 `sampler_kwargs`: planner (spec, required), planner_options ({component: kwargs}), seed (0), n (default
 `actor_rollout_ref.rollout.n`), success_threshold (1.0), correct_field (a `reward_extra_info` key such
-as "acc" to judge correctness by; default: the summed reward).
+as "acc" to judge correctness by; default: the summed reward), segment_tokens (16: tokens per segment
+for a watched planner).
 Tested on CPU against a real TransferQueue with verl's trainer methods bound to a stub (as verl's own
-CPU tests do); a full verl run needs GPUs and is untested here.
+CPU tests do) and a CPU stand-in for the rollout server; a full verl run needs GPUs and is untested here.
 """
 from __future__ import annotations
 
@@ -42,21 +57,30 @@ import inspect
 import time
 import uuid
 import warnings
+import weakref
 from collections import defaultdict
 
 import numpy as np
 import torch
 
+from ..control.base import Planner, Wave
+from ..core.ledger import Ledger
 from ..core.types import Group, Prompt, Request
-from .host import LazyPool, PlannerHost
+from ..generate.engine import Finished
+from ..run.driver import StepDriver
+from .host import LazyPool
+from .verl_agent_loop import AGENT_NAME, SEGMENT_FIELD, WATCH_FIELD, WatchServer
+from .verl_host import VerlHost, VerlRollout
 
 TESTED = {"verl": "0.9.1", "transferqueue": "0.1.11"}
+SUPPORTED = ">=0.9.1,<0.10"  # verl versions the integration is built for; others are refused when it is built
 
 try:
     import transfer_queue as tq
     import verl
     from omegaconf import DictConfig, OmegaConf
     from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+    from tensordict import NonTensorStack, TensorDict
     from verl.utils import tensordict_utils as tu
 except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("rollwise.integrations.verl needs verl's v1 trainer and TransferQueue: "
@@ -82,7 +106,7 @@ SOURCE = {
     ("PPOTrainer", "_add_batch_to_generate"): "self._next_train_batch()",
     ("AgentLoopWorkerTQ", "_run_prompt"): '"__rollout_n__"',
 }
-_OPTIONS = {"planner", "planner_options", "seed", "n", "success_threshold", "correct_field"}
+_OPTIONS = {"planner", "planner_options", "seed", "n", "success_threshold", "correct_field", "segment_tokens"}
 
 
 def _owners() -> dict:
@@ -93,10 +117,15 @@ def _owners() -> dict:
 
 
 def check_verl() -> None:
-    """Raise, naming the hook, if the installed verl changed what this integration relies on; warn if
-    verl or transferqueue is not the tested version."""
+    """Raise, in one line, if the installed verl is outside SUPPORTED or changed a hook this integration
+    relies on (naming it); warn if verl or transferqueue is not the tested version."""
     from importlib.metadata import version
 
+    from packaging.specifiers import SpecifierSet
+
+    if verl.__version__ not in SpecifierSet(SUPPORTED):
+        raise RuntimeError(f"rollwise's verl integration supports verl {SUPPORTED} (tested with {TESTED['verl']}); "
+                           f"installed verl {verl.__version__}: install a supported verl")
     owners = _owners()
     problems = []
     for (owner, name), expected in HOOKS.items():
@@ -148,30 +177,42 @@ class RollwiseReplayBuffer(ReplayBuffer):
         self.spec, self.options = opts["planner"], opts.get("planner_options")
         self.seed, self.n = int(opts.get("seed", 0)), opts.get("n")
         self.threshold, self.correct_field = float(opts.get("success_threshold", 1.0)), opts.get("correct_field")
-        # refuse what verl cannot serve now, by name, before any GPU work starts (the pool size is known
-        # only once the trainer has built its dataset)
-        PlannerHost(self.spec, LazyPool(1, _blank_prompt), batch_size=1, n=1, host=self.host_name,
-                    options=self.options)
+        self.segment_tokens = int(opts.get("segment_tokens", 16))
         self.trainer = trainer
+        # refuse what verl cannot serve, by name, before any GPU work starts (the pool size is known only
+        # once the trainer has built its dataset: a one-prompt stand-in pool here)
+        probe = VerlHost(self.spec, LazyPool(1, _blank_prompt), batch_size=1, n=1, host=self.host_name,
+                         options=self.options)
+        self.watched = probe.planner.needs_inflight  # rounds go through rollwise's segmented agent loop
+        self.correction = _refuse_what_this_config_cannot_serve(probe.planner, trainer.config, self.host_name,
+                                                                self.watched, self.segment_tokens)
         trainer._next_train_batch = self._next_train_batch  # this trainer's prompts now come from the planner
-        self.host: PlannerHost | None = None
+        self.host: VerlHost | None = None
+        self.ledger = Ledger()  # rollwise's token accounting of this run, written by rollwise's StepDriver
+        self.engine = TransferQueueEngine(self)
+        self.watch_server, self.watch_server_name = _start_watch_server() if self.watched else (None, None)
         self.log: list[dict] = []  # one entry per planner step
+        self._wave = None  # the round being generated: a list of Requests or a Wave (requests + watch)
         self._round: dict[str, Request] = {}  # uid -> request, for the round being generated
-        self._uids: dict[int, str] = {}  # prompt id -> uid, for the whole step
-        self._queued: list[Request] = []  # a refill round, waiting for refill_fn
+        self._submitted = False  # the round's prompts are with verl already (a step's first, from prepare_step)
+        self._first: dict[int, str] = {}  # prompt id -> its first uid this step (where its merged group lives)
+        self._step_uids: set[str] = set()  # every uid of the step
+        self._queued: list[Request] = []  # a round waiting for refill_fn
 
     # ---- prompts in: the trainer's _next_train_batch ------------------------------------------
     def _next_train_batch(self, num_prompts: int | None = None):
         """The trainer's batch source: a new step's first round (num_prompts None, from prepare_step) or
-        the refill round this sampler queued (num_prompts = its size, via refill_fn)."""
+        the round this sampler queued (num_prompts = its size, via refill_fn)."""
         if self.host is None:
             self.host = self._build_host()
         if num_prompts is None:
-            if self._uids:
+            if self._step_uids:
                 raise RuntimeError(f"{self.host_name}: a new step began before the last one was sampled")
-            requests = self.host.start(int(self.trainer.global_steps))
-            if not requests:
+            self._wave = self.host.start(int(self.trainer.global_steps))
+            if not self._wave:
                 raise RuntimeError(f"planner {self.host.name!r} chose no prompt after a full pass over the pool")
+            self._submitted = True
+            requests = _requests(self._wave)
         else:
             if num_prompts != len(self._queued):
                 raise RuntimeError(f"{self.host_name}: asked for {num_prompts} prompts, the planner queued "
@@ -179,67 +220,165 @@ class RollwiseReplayBuffer(ReplayBuffer):
             requests, self._queued = self._queued, []
         return self._batch(requests)
 
-    def _build_host(self) -> PlannerHost:
+    def _build_host(self) -> VerlHost:
         cfg = self.trainer.config
-        filter_groups = cfg.algorithm.get("filter_groups", None) if "algorithm" in cfg else None
-        if filter_groups is not None and filter_groups.get("enable", False):
-            raise ValueError(f"{self.host_name}: disable algorithm.filter_groups with a rollwise planner "
-                             "(the planner filters groups; verl's filter would run a second time)")
         n = int(self.n if self.n is not None else cfg.actor_rollout_ref.rollout.n)
-        pool = LazyPool(len(self.trainer.train_dataset), _blank_prompt)
-        return PlannerHost(self.spec, pool, batch_size=int(cfg.data.train_batch_size), n=n, host=self.host_name,
-                           seed=self.seed, options=self.options)
+        dataset = self.trainer.train_dataset
+        if self.watched and len(dataset) and "raw_prompt" not in dataset[0]:
+            raise ValueError(f"{self.host_name}: the train dataset's rows have no 'raw_prompt' column (row 0 has "
+                             f"{sorted(dataset[0])}), which rollwise's segmented agent loop reads")
+        pool = LazyPool(len(dataset), _blank_prompt)
+        return VerlHost(self.spec, pool, batch_size=int(cfg.data.train_batch_size), n=n, host=self.host_name,
+                        seed=self.seed, options=self.options)
 
     def _batch(self, requests: list[Request]):
         """The rows of the requested prompts, as the trainer's dataloader would give them, with a fresh
-        uid and the planner's n per prompt."""
+        uid and the planner's n per prompt (and, for a watched round, rollwise's segmented agent loop)."""
         rows = [self.trainer.train_dataset[r.prompt.id] for r in requests]
         batch = self.trainer.train_dataloader.collate_fn(rows)
         uids = [str(uuid.uuid4()) for _ in requests]
         batch["uid"] = np.array(uids, dtype=object)
         batch["__rollout_n__"] = torch.tensor([r.n for r in requests], dtype=torch.long)
+        if self.watched:
+            batch["agent_name"] = np.array([AGENT_NAME] * len(requests), dtype=object)
+            batch[WATCH_FIELD] = np.array([self.watch_server_name] * len(requests), dtype=object)
+            batch[SEGMENT_FIELD] = torch.full((len(requests),), self.segment_tokens, dtype=torch.long)
+            watch = self._wave.watch if isinstance(self._wave, Wave) else None
+            ctx_metrics = self.host.ctx.metrics
+            _call(self.watch_server.open, (watch, ctx_metrics), dict(zip(uids, range(len(requests)))),
+                  {u: r.n for u, r in zip(uids, requests)})
         td = tu.get_tensordict(batch)
         tu.assign_non_tensor_data(td, "global_steps", self.trainer.global_steps)
+        self._round = dict(zip(uids, requests))
         for uid, r in zip(uids, requests):
-            self._round[uid] = r
-            self._uids[r.prompt.id] = uid
+            self._first.setdefault(r.prompt.id, uid)
+            self._step_uids.add(uid)
         return td
 
-    # ---- groups out: sample -------------------------------------------------------------------
+    # ---- the step: rounds through rollwise's driver, then the batch ----------------------------
     def sample(self, global_steps: int, partition_id: str, batch_size: int):
         if partition_id != "train":  # validation: verl's own sampling
             return super().sample(global_steps, partition_id, batch_size)
-        if not self._round:
+        if not self._step_uids:
             raise RuntimeError(f"{self.host_name}: sample() before any prompt was submitted through the planner")
+        rows, metrics, refs = self._collect()
+        self._save_what_components_keep(refs, partition_id)
+        keep = self._write_batch(rows, partition_id)
+        self._sync_metadata_from_transfer_queue()
+        meta = self._materialize_batch(partition_id, keep, dict(self.partitions[partition_id]))
+        self._first, self._step_uids = {}, set()
+        self.log.append(metrics)
+        return meta, {f"training/rollwise/{k}": float(v) for k, v in metrics.items() if k != "step"}
+
+    def _collect(self):
+        """Every round of the step through rollwise's StepDriver (charges, pruned rows), the planner's
+        batch settled and observed. Returns the trained rows as plain data ([(prompt id, [(keys, saved,
+        is_weight)])]), the step's metrics, and weak references to every rollout generated this step."""
+        driver = StepDriver(self.engine, self.ledger, None)
+        before = _fate_tokens(self.ledger)
+        wave = self._wave
+        while wave:
+            self._wave = wave
+            wave = self.host.send(driver.generate(wave))
+        self._wave = None
+        driver.settle(self.host.assembled, None)
+        result = self.host.finish()
+        rows = [(g.prompt.id, [(r.keys, r.saved, r.meta.get("is_weight")) for r in g.rollouts])
+                for g in result.trained if g.n > 0]
+        if not rows:
+            self._write_batch([], "train")  # leave nothing of the step behind
+            self._first, self._step_uids = {}, set()
+            raise RuntimeError(f"planner {self.host.name!r} kept no group this step ({result.rounds} rounds); "
+                               "verl cannot train on an empty batch (allow more refill rounds, e.g. dapo max_rounds)")
+        metrics = {"step": result.step, **result.metrics, **_fate_tokens(self.ledger, before)}
+        refs = [weakref.ref(r) for g in self.engine.take_generated() for r in g.rollouts]
+        return rows, metrics, refs
+
+    def _save_what_components_keep(self, refs, partition_id: str) -> None:
+        """A rollout still alive once the step's own references are gone is kept by a planner component
+        (AR3PO's stored correct responses, pilot-commit's pilots): copy its fields and tags out of
+        TransferQueue now, before verl clears them, so it can be trained in a later step."""
+        kept = [r for ref in refs for r in [ref()] if r is not None and r.saved is None and r.keys]
+        for r in kept:
+            r.saved = (tq.kv_batch_get(keys=list(r.keys), partition_id=partition_id),
+                       [dict(self.partitions[partition_id][k]) for k in r.keys])
+
+    def _write_batch(self, rows, partition_id: str) -> list[str]:
+        """Make TransferQueue hold exactly the trained rows, one uid per trained group, its sessions
+        0..n-1 in the group's order: a prompt's rows from later rounds (stages) and rows from earlier
+        steps (AR3PO's reuse, committed pilots) are written under the uid of its first round; every
+        other row of the step is cleared. Returns the groups' uids. With in-flight weights, every trained row gets `rollout_is_weights` (verl's policy
+        loss multiplies each token's loss by it)."""
+        partition = self.partitions[partition_id]
+        keep: list[str] = []
+        kept_keys: set[str] = set()
+        moved: list[tuple[TensorDict, list, list[str]]] = []
+        weights: dict[str, float] = {}
+        for pid, group in rows:
+            uid = self._first.get(pid) or str(uuid.uuid4())
+            keep.append(uid)
+            for session, (keys, saved, weight) in enumerate(group):  # sessions 0..n-1 in the group's order
+                new_keys = [f"{uid}_{session}_{k.split('_')[2]}" for k in keys]
+                if saved is None and list(keys) == new_keys:
+                    tags = [partition[k] for k in keys]
+                else:  # a later round's row, a row that moved up, or one saved from an earlier step
+                    data, tags = saved if saved is not None else (
+                        tq.kv_batch_get(keys=list(keys), partition_id=partition_id), [dict(partition[k]) for k in keys])
+                    data = data.clone()
+                    data["uid"] = NonTensorStack(*[uid] * len(keys))
+                    data["session_id"] = NonTensorStack(*[session] * len(keys))
+                    moved.append((data, tags, new_keys))  # written once every row has been read
+                kept_keys.update(new_keys)
+                for k, tag in zip(new_keys, tags):  # (weight, response tokens) per trained output
+                    weights[k] = (1.0 if weight is None else float(weight), int(tag.get("response_len", 0)))
+        for data, tags, new_keys in moved:
+            tq.kv_batch_put(keys=new_keys, partition_id=partition_id, fields=data, tags=tags)
+        if any(w != 1.0 for w, _ in weights.values()):
+            keys = sorted(weights)
+            nested = torch.nested.as_nested_tensor([torch.full((weights[k][1],), weights[k][0]) for k in keys],
+                                                   layout=torch.jagged)
+            tq.kv_batch_put(keys=keys, partition_id=partition_id,
+                            fields=TensorDict({"rollout_is_weights": nested}, batch_size=len(keys)))
+        step_keys = [k for k in partition if k.split("_")[0] in self._step_uids and k not in kept_keys]
+        drop = step_keys + sorted(self._step_uids - set(keep))
+        if drop:
+            tq.kv_clear(keys=drop, partition_id=partition_id)
+        return keep
+
+    # ---- one round: what TransferQueueEngine asks -------------------------------------------
+    def submit_round(self, requests: list[Request]) -> None:
+        if self._submitted:  # the step's first round went out with prepare_step
+            self._submitted = False
+            return
+        self._queued = list(requests)
+        self.refill_fn(len(requests))  # -> the trainer's _add_prompts_to_generate -> self._next_train_batch
+
+    def collect_round(self, requests: list[Request]) -> list[Finished]:
+        """Wait for the round's groups; one Finished per request, in order, with the watcher's decisions
+        applied as rollwise's driver applies them (pruned rows marked, weights and meta attached)."""
+        partition_id = "train"
+        by_request = {id(r): uid for uid, r in self._round.items()}
         last_debug = time.time()
         while True:
             self._sync_metadata_from_transfer_queue()
             terminal = self.finished_keys[partition_id] | self.failure_keys[partition_id]
-            if any(uid not in terminal for uid in self._round):
-                last_debug = self._wait_for_next_poll(partition_id, last_debug)
-                continue
-            requests = self.host.send(self._read_groups(partition_id))
-            self._round = {}
-            if not requests:
+            if all(uid in terminal for uid in self._round):
                 break
-            self._queued = list(requests)
-            self.refill_fn(len(requests))  # -> the trainer's _add_prompts_to_generate -> self._next_train_batch
-        result = self.host.finish()
-        trained = [self._uids[g.prompt.id] for g in result.trained if g.n > 0]
-        if not trained:
-            raise RuntimeError(f"planner {self.host.name!r} kept no group this step ({result.rounds} rounds); "
-                               "verl cannot train on an empty batch (allow more refill rounds, e.g. dapo max_rounds)")
-        self._clear_groups(partition_id, set(self._uids.values()) - set(trained))
-        meta = self._materialize_batch(partition_id, trained, dict(self.partitions[partition_id]))
-        self._uids = {}
-        self.log.append({"step": result.step, **result.metrics})
-        return meta, {f"training/rollwise/{k}": float(v) for k, v in result.metrics.items()}
+            last_debug = self._wait_for_next_poll(partition_id, last_debug)
+        decisions = {}
+        if self.watched:
+            decisions, metrics = _call(self.watch_server.close)
+            self.host.ctx.metrics.update(metrics)
+        events = self._read_round(partition_id, decisions)
+        self._round = {}
+        return [events[by_request[id(r)]] for r in requests]
 
-    def _read_groups(self, partition_id: str) -> list[Group]:
-        """One light Group per request of the round: a sample per session, its reward the summed
-        `rm_scores` of its last output, its length the response tokens of all its outputs."""
+    def _read_round(self, partition_id: str, decisions: dict) -> dict[str, Finished]:
+        """One VerlRollout per session: its reward the summed `rm_scores` of its last output, its length
+        the response tokens of all its outputs, its keys; prompt tokens are every session's prefill."""
+        partition = self.partitions[partition_id]
         by_uid: dict[str, list[str]] = defaultdict(list)
-        for key in self.partitions[partition_id]:
+        for key in partition:
             uid = key.split("_")[0]
             if uid in self._round:
                 by_uid[uid].append(key)
@@ -251,20 +390,76 @@ class RollwiseReplayBuffer(ReplayBuffer):
         sessions: dict[str, dict[int, dict]] = defaultdict(dict)
         for key, score, extra in zip(keys, scores, extras):
             uid, session, _ = key.split("_")
-            s = sessions[uid].setdefault(int(session), {"reward": 0.0, "length": 0, "extra": None})
+            s = sessions[uid].setdefault(int(session), {"reward": 0.0, "length": 0, "prompt": 0, "keys": []})
             s["reward"] = float(score.sum().item())  # sorted by index: the last output's reward stays
-            s["length"] += int(self.partitions[partition_id][key].get("response_len", 0))
+            s["length"] += int(partition[key].get("response_len", 0))
+            s["prompt"] = s["prompt"] or int(partition[key].get("prompt_len", 0))
+            s["keys"].append(key)
             s["extra"] = extra
-        groups = []
+        out = {}
         for uid, r in self._round.items():
-            ss = [sessions[uid][k] for k in sorted(sessions[uid])]
-            rewards = [s["reward"] for s in ss]
-            if self.correct_field:
-                correct = [_extra_value(s["extra"], self.correct_field) >= self.threshold for s in ss]
-            else:
-                correct = [x >= self.threshold for x in rewards]
-            groups.append(Group.from_outcomes(r.prompt, rewards, [s["length"] for s in ss], correct))
-        return groups
+            rollouts = []
+            for j, s in sorted(sessions[uid].items()):
+                correct = (_extra_value(s["extra"], self.correct_field) if self.correct_field else s["reward"]) \
+                    >= self.threshold
+                ro = VerlRollout(r.prompt.id, s["length"], bool(correct), s["reward"], purpose=r.purpose,
+                                 policy_version=int(self.trainer.global_steps), keys=tuple(s["keys"]))
+                for d in decisions.get((uid, j), []):  # as StepDriver._decide and the engine's stop do
+                    ro.meta.update(d.meta or {})
+                    if d.weight is not None:
+                        ro.meta["is_weight"] = float(d.weight)
+                    if d.action != "keep":
+                        ro.status = "pruned" if d.action == "pruned" else "done"
+                        ro.finish_reason = "pruned" if d.action == "pruned" else "stop"
+                rollouts.append(ro)
+            first = next(iter(sessions[uid].values()), {"prompt": 0})  # the prompt once per request, as engines count
+            out[uid] = Finished(r, Group(r.prompt, rollouts), first["prompt"])
+        return out
+
+
+class TransferQueueEngine:
+    """rollwise's Engine protocol over verl's generation, so that a round runs through rollwise's own
+    StepDriver.generate (its charges, its pruning): `submit` hands the round to verl (refill_fn),
+    `poll` waits for it in TransferQueue. The watcher runs in verl's agent loops between segments, so
+    nothing is running here to peek at: `peek` shows nothing and `stop` is never asked."""
+
+    hidden_states = False
+
+    def __init__(self, buffer: RollwiseReplayBuffer):
+        self.buffer = buffer
+        self._waiting: list[Request] = []
+        self._generated: list[Group] = []
+
+    def submit(self, requests: list[Request]) -> None:
+        self.buffer.submit_round(requests)
+        self._waiting = list(requests)
+
+    @property
+    def pending(self) -> int:
+        return len(self._waiting)
+
+    def poll(self, max_steps=None) -> list[Finished]:
+        events = self.buffer.collect_round(self._waiting) if self._waiting else []
+        self._waiting = []
+        self._generated += [e.group for e in events]
+        return events
+
+    def peek(self, request_ids, hidden=False) -> dict:
+        return {}
+
+    def stop(self, request_id, samples, reason):
+        raise ValueError("verl's agent loop stops samples between segments; nothing runs in this process")
+
+    def abort(self, request_ids) -> list:
+        return []
+
+    def update_weights(self, version, state_dict=None) -> None:
+        pass
+
+    def take_generated(self) -> list[Group]:
+        """Every group this engine returned since the last call (the step's rollouts)."""
+        out, self._generated = self._generated, []
+        return out
 
 
 def _blank_prompt(i: int) -> Prompt:
@@ -283,3 +478,59 @@ def _extra_value(extra, name: str) -> float:
     if name not in info:
         raise RuntimeError(f"correct_field {name!r} is not in the trajectory's reward_extra_info {sorted(info)}")
     return float(info[name])
+
+
+def _requests(wave) -> list[Request]:
+    return wave.requests if isinstance(wave, Wave) else list(wave)
+
+
+def _start_watch_server():
+    """The round watcher's home: a named Ray actor, which verl's agent loops (remote workers) find by name."""
+    import ray
+
+    name = f"rollwise-watch-{uuid.uuid4().hex[:12]}"
+    return ray.remote(WatchServer).options(name=name, num_cpus=0).remote(), name
+
+
+def _call(method, *args):
+    """Call a WatchServer method, on a Ray actor or in this process."""
+    if hasattr(method, "remote"):
+        import ray
+
+        return ray.get(method.remote(*args))
+    return method(*args)
+
+
+def _fate_tokens(ledger: Ledger, before: dict | None = None) -> dict[str, int]:
+    """Generated tokens by fate (and reused tokens), minus `before`: one step's charges."""
+    out = {f"tokens_{fate}": ledger.count(fate=fate) for fate in ("trained", "discarded", "pruned", "scored")}
+    out["tokens_reused"] = ledger.reused_tokens
+    out["prompt_tokens"] = ledger.prompt_tokens
+    return {k: v - (before or {}).get(k, 0) for k, v in out.items()}
+
+
+def _refuse_what_this_config_cannot_serve(planner: Planner, cfg, host: str, watched: bool, segment_tokens: int) -> str:
+    """Refuse, in one line naming the setting, what the trainer's config and the planner cannot do
+    together; return the correction verl applies to rows reused from earlier steps (for the log)."""
+    algo = cfg.get("algorithm", {}) if cfg is not None else {}
+    if (algo.get("filter_groups") or {}).get("enable", False):
+        raise ValueError(f"{host}: disable algorithm.filter_groups with a rollwise planner "
+                         "(the planner filters groups; verl's filter would run a second time)")
+    corr = algo.get("rollout_correction") or {}
+    reusers = [c.name for c in planner.components if getattr(c, "reuse", "none") != "none"]
+    rollout = cfg.actor_rollout_ref.rollout if cfg is not None and "actor_rollout_ref" in cfg else {}
+    if reusers and not rollout.get("calculate_log_probs", True):
+        raise ValueError(f"{host}: {', '.join(reusers)} reuses responses of earlier steps, whose behaviour log-probs "
+                         "verl keeps only with actor_rollout_ref.rollout.calculate_log_probs=true "
+                         f"(or set {reusers[0]} reuse=none)")
+    if watched and corr.get("rollout_is"):
+        raise ValueError(f"{host}: {', '.join(c.name for c in planner.components if c.needs_inflight)} gives rows "
+                         "importance weights in verl's rollout_is_weights, which algorithm.rollout_correction.rollout_is "
+                         "also writes; unset one of them")
+    if watched and segment_tokens < 1:
+        raise ValueError(f"{host}: sampler_kwargs.segment_tokens must be >= 1 (got {segment_tokens})")
+    if corr.get("bypass_mode"):
+        return "bypass: old_log_probs are the behaviour log-probs, so PPO's ratio corrects reused rows"
+    if corr.get("rollout_is"):
+        return f"rollout_is={corr['rollout_is']}: importance weights pi_old/mu on reused rows"
+    return "none: old_log_probs are recomputed, so reused rows count as on-policy (rollwise's default)"
