@@ -46,7 +46,8 @@ def tiny_llama():
     return LlamaForCausalLM(cfg), tok
 
 
-def make_trainer(tmp_path, planner, prompts_per_batch=4, max_steps=2, pool=len(KINDS), save_steps=None, **kw):
+def make_trainer(tmp_path, planner, prompts_per_batch=4, max_steps=2, pool=len(KINDS), save_steps=None,
+                 reward=scripted_reward, **kw):
     model, tok = tiny_llama()
     ds = datasets.Dataset.from_dict({"prompt": [f"{i}+{i}=" for i in range(pool)], "kind": KINDS[:pool]})
     args = GRPOConfig(output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, report_to="none",
@@ -54,7 +55,7 @@ def make_trainer(tmp_path, planner, prompts_per_batch=4, max_steps=2, pool=len(K
                       max_steps=max_steps, save_strategy="steps" if save_steps else "no", save_steps=save_steps or 500,
                       learning_rate=1e-3, seed=0, logging_steps=1,
                       disable_tqdm=True)
-    return rt.RollwiseGRPOTrainer(model=model, reward_funcs=scripted_reward, args=args, train_dataset=ds,
+    return rt.RollwiseGRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=ds,
                                   processing_class=tok, planner=planner, **kw)
 
 

@@ -120,7 +120,7 @@ class PlannerHost:
                                 policy=self.policy, prompt_stats=self.prompt_stats)
         self._plan = self.planner.plan(self._ctx)
         self._assembled, self._rounds, self._capped = None, 0, 0
-        self._sent: list[Group] = []  # every group generated this step (all purposes), pruned rows included
+        self._sent: list = []  # every rollout generated this step (all purposes), pruned ones included
         self._pruned: list = []
         return self._advance(None)
 
@@ -129,7 +129,8 @@ class PlannerHost:
         requests, or [] when the batch is assembled."""
         if self._plan is None or self._assembled is not None:
             raise RuntimeError(f"{self.host}: no round is waiting for results")
-        self._sent += groups
+        # counted as sent: a planner merges later stages into the groups it already holds
+        self._sent += [r for g in groups for r in g.rollouts]
         for g in groups:  # as the StepDriver: samples pruned in flight leave their groups before any planner hook
             pruned = [r for r in g.rollouts if getattr(r, "status", "done") == "pruned"]
             if pruned:
@@ -148,9 +149,8 @@ class PlannerHost:
         self.planner.observe(assembled.batch, ctx)
         trained = assembled.batch.groups
         trained_ids = {id(g) for g in trained}
-        fresh = {id(r) for g in self._sent for r in g.rollouts} | {id(r) for r in self._pruned}
+        fresh = {id(r) for r in self._sent}
         reused = [r for g in trained for r in g.rollouts if id(r) not in fresh]  # stored from earlier steps
-        measured = [g for g in self._sent if any(getattr(r, "purpose", "train") != "train" for r in g.rollouts)]
         metrics = {
             "rounds": self._rounds,
             "prompts": len(rolled),
@@ -164,9 +164,10 @@ class PlannerHost:
             "zero_variance_trained": sum(g.zero_variance for g in trained),
             "capped_requests": self._capped,
             # everything generated this step, whatever its fate (what a ledger charges as decoded)
-            "generated_samples": sum(g.n for g in self._sent) + len(self._pruned),
-            "generated_tokens": sum(g.tokens for g in self._sent) + sum(r.num_tokens for r in self._pruned),
-            "measurement_tokens": sum(g.tokens for g in measured),  # pilots, profiles, oracle samples
+            "generated_samples": len(self._sent),
+            "generated_tokens": sum(r.num_tokens for r in self._sent),
+            "measurement_tokens": sum(r.num_tokens for r in self._sent  # pilots, profiles, oracle samples
+                                      if getattr(r, "purpose", "train") != "train"),
             "pruned_samples": len(self._pruned),
             "pruned_tokens": sum(r.num_tokens for r in self._pruned),
             "reused_samples": len(reused),
