@@ -199,3 +199,60 @@ def test_duet_abort_inside_trl_equals_rollwise_driver(tmp_path):
         assert e["generated_tokens"] == charge["decoded"]
     weights = {r.meta.get("is_weight") for res in results for g in res.trained for r in g.rollouts}
     assert 2.0 in weights  # kept past the gate with probability q = 0.5: weight 1/q
+
+
+def test_reused_response_carries_its_behaviour_logprobs_and_the_named_correction(tmp_path):
+    """A response reused from an earlier step trains with the correction the trainer names (here TIS,
+    rollwise's tis-token: min(pi_old / mu, 2) per token), from the log-probs it was sampled with (mu) and the
+    current policy's (pi_old). The stored mu are lowered by 0 to 1.5 along the response (as if an older
+    policy had sampled it), so the weights run from 1 to the cap."""
+    spec, options = "ar3po", {"ar3po": {"k": 2, "stages": 2}}
+    trainer = make_trainer(tmp_path, spec, planner_options=options, pool=8, prompts_per_batch=2, reward=rare_reward,
+                           correction="tis-token")
+    ar3po = trainer.rollwise.planner.components[0]
+    aged = set()
+    for step in range(8):
+        for r in (r for rs in ar3po.buffer.values() for r in rs if id(r) not in aged):
+            r.logprobs_T = r.logprobs_T - torch.linspace(0, 1.5, r.num_tokens)
+            aged.add(id(r))
+        trainer.state.global_step = step
+        batch = generation_batch(trainer)
+        if trainer.rollwise_log[-1]["reused_samples"]:
+            break
+    else:
+        pytest.fail("no response was reused in 8 steps")
+    assert batch["advantages"].dim() == 2  # per-token weights: (rows, tokens) advantages, as TRL's loss takes them
+    (row,) = [i for i in range(batch["advantages"].shape[0]) if not torch.allclose(
+        batch["advantages"][i], batch["advantages"][i, :1].expand_as(batch["advantages"][i]))]
+    assert trainer.rollwise_log[-1]["reused_age"] >= 1
+    from rollwise.learn.corrections import CorrectionInput, tis_token
+
+    mask = batch["completion_mask"][row:row + 1].float()
+    rows = {k: batch[k][row:row + 1] for k in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")}
+    current = trainer._rollwise_logps(rows).float()
+    k = int(mask.sum())
+    (stored,) = [r for rs in ar3po.buffer.values() for r in rs
+                 if r.token_ids_T.tolist() == batch["completion_ids"][row][:k].tolist()][:1] or [None]
+    assert stored is not None  # the reused row is a stored response, tokens and all
+    mu = torch.zeros_like(current)
+    mu[0, :k] = stored.logprobs_T
+    w, keep = tis_token(CorrectionInput(current, current, mu, mask))
+    factor = (w * keep)[0, :k]
+    assert not torch.allclose(factor, torch.ones_like(factor))
+    adv = batch["advantages"][row, :k]
+    assert torch.allclose(adv / adv[0], factor / factor[0], atol=1e-4)
+
+
+@pytest.mark.parametrize("spec", ["aero", "dars", "pilot-commit", "speed-rl", "pvpo", "sgpo", "cures", "oracle", "dots"])
+def test_planners_that_sample_on_demand_run_inside_trl(tmp_path, spec):
+    """Every planner that asks for samples of its own (stages, pilots, profiles, oracle measurements) runs a
+    step inside TRL: its rounds are TRL generations, measurements are charged and do not train unless the
+    planner commits them, and the batch keeps TRL's shape."""
+    trainer = make_trainer(tmp_path, spec, pool=8, prompts_per_batch=2, reward=rare_reward)
+    batch = generation_batch(trainer)
+    (e,) = trainer.rollwise_log
+    assert e["generated_tokens"] >= e["tokens"] > 0 and e["rounds"] >= 1
+    assert batch["completion_ids"].shape[0] >= 2 * G
+    assert int(batch["num_items_in_batch"]) == e["trained_tokens"]
+    if spec not in ("aero", "dars"):  # pilots, profiles, oracle samples: generated, charged as measurements
+        assert e["measurement_tokens"] > 0
