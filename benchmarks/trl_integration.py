@@ -211,6 +211,8 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=30, help="TRL steps per run (the cap, with --tokens)")
     ap.add_argument("--tokens", type=int, help="end every run once it has generated this many response tokens")
     ap.add_argument("--max-completion", type=int, default=8, help="TRL's max_completion_length")
+    ap.add_argument("--threads", type=int, default=max(1, min(2, os.cpu_count() or 1)),
+                    help="torch threads (1 on a loaded machine: waiting threads spin)")
     ap.add_argument("--prompts", type=int, default=8, help="prompts per step (B)")
     ap.add_argument("--generations", type=int, default=8, help="samples per prompt (G)")
     ap.add_argument("--pool", type=int, default=256)
@@ -223,7 +225,7 @@ def main(argv=None):
     import trl
     import transformers
 
-    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    torch.set_num_threads(a.threads)
     task = ArithmeticTask(pool_size=a.pool, heldout_size=128, seed=0)
     base = base_model(task)
     tok = char_tokenizer()

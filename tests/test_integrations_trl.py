@@ -47,13 +47,13 @@ def tiny_llama():
 
 
 def make_trainer(tmp_path, planner, prompts_per_batch=4, max_steps=2, pool=len(KINDS), save_steps=None,
-                 reward=scripted_reward, **kw):
+                 reward=scripted_reward, mask_truncated_completions=False, **kw):
     model, tok = tiny_llama()
     ds = datasets.Dataset.from_dict({"prompt": [f"{i}+{i}=" for i in range(pool)], "kind": KINDS[:pool]})
     args = GRPOConfig(output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, report_to="none",
                       per_device_train_batch_size=prompts_per_batch * G, num_generations=G, max_completion_length=6,
                       max_steps=max_steps, save_strategy="steps" if save_steps else "no", save_steps=save_steps or 500,
-                      learning_rate=1e-3, seed=0, logging_steps=1,
+                      learning_rate=1e-3, seed=0, logging_steps=1, mask_truncated_completions=mask_truncated_completions,
                       disable_tqdm=True)
     return rt.RollwiseGRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=ds,
                                   processing_class=tok, planner=planner, **kw)
@@ -102,6 +102,12 @@ def test_refused_where_trl_generates_through_a_rollout_func(tmp_path, planner, n
 
     with pytest.raises(ValueError, match=r"\(rollout_func\) cannot run planner .*" + needs):
         make_trainer(tmp_path, planner, rollout_func=rollout_func)
+
+
+def test_in_flight_abort_is_refused_where_trl_would_mask_a_stopped_row(tmp_path):
+    with pytest.raises(ValueError, match=r"\(transformers generation with mask_truncated_completions\) cannot run "
+                                         r"planner 'duet-abort': duet-abort needs in-flight control"):
+        make_trainer(tmp_path, "duet-abort", mask_truncated_completions=True)
 
 
 def test_refuses_an_unsupported_trl_version_and_a_dataset_without_prompts(tmp_path, monkeypatch):

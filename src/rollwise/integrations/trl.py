@@ -162,7 +162,7 @@ class RollwiseGRPOTrainer(GRPOTrainer):
         self._correct_col = None if correct_reward is None else self.reward_func_names.index(correct_reward)
         G = self.num_generations
         own = mode.startswith("transformers")  # TRL generates here: rows can be left out, rounds can be any size
-        inflight = mode == "transformers generation" and not self.tools and not self.args.mask_truncated_completions
+        inflight = mode == "transformers generation"  # not with tools, nor with mask_truncated_completions
         pool = LazyPool(len(self.train_dataset), self._rollwise_prompt)
         self.rollwise = PlannerHost(
             planner, pool, batch_size=self.args.generation_batch_size // G, n=n or G, host=host,
@@ -499,12 +499,17 @@ def trl_advantages(rewards: list[list[float]], scale_rewards: str = "group") -> 
 def generation_mode(trainer) -> str:
     """Which of TRL's generation paths the trainer uses: what decides which components it can serve."""
     if trainer.use_vllm:
-        return f"vLLM {trainer.vllm_mode} mode"
+        return f"vLLM {getattr(trainer.args, 'vllm_mode', '')} mode".replace("  ", " ")
     if trainer.rollout_func is not None:
         return "rollout_func"
     if trainer.use_transformers_continuous_batching:
         return "transformers continuous batching"
-    return "transformers generation"
+    mode = "transformers generation"
+    if trainer.tools:  # multi-turn: in-flight control is refused
+        mode += " with tools"
+    if trainer.args.mask_truncated_completions:  # a row stopped after its answer has no EOS: TRL would mask it
+        mode += " with mask_truncated_completions"
+    return mode
 
 
 class _TokenizerView:
