@@ -13,14 +13,23 @@ How it hooks in (the choices, and why):
   (A `_get_train_sampler` override would lag one generation batch behind the rewards: accelerate's
   dataloader fetches the next batch before the current one is generated. Refill needs prompts chosen
   at generation time anyway.) The dataloader still paces TRL's steps and epochs; its rows are unused.
-* **Refill and filtering (DAPO dynamic sampling).** Each planner round is one call of TRL's own
-  `_generate_and_score_completions`, so TRL computes rewards and advantages as usual, per round. The
-  planner decides which groups train; the batch handed back to TRL is always B blocks of G rows: the
-  trained groups first, then (when fewer than B were accepted) blocks that do not train. Rows that do
-  not train get a zero loss mask, and `num_items_in_batch` is recounted, so under token-normalised
-  losses (`loss_type` dapo, the default, bnpo, cispo, vespo) they are out of the loss and its
-  denominator. Under per-sequence losses (grpo, dr_grpo, sapo, luspo) they still count as zero-loss
-  rows in the batch mean.
+* **Rounds: refill, stages, pilots.** Each round of the planner's own `plan()` coroutine (run by
+  PlannerHost, as the StepDriver runs it: the first wave, a DAPO refill, an AR3PO/AERO/DARS stage for
+  prompts already rolled out, a pilot, a profile) is one call of TRL's own
+  `_generate_and_score_completions`. The planner merges stages into each prompt's group.
+* **The batch.** The trained groups' rows, whole (every stage; AR3PO's reused response as a row of its
+  stored tokens), then rows that do not train up to TRL's shape (>= B x G rows, a multiple of
+  steps_per_generation). Advantages are recomputed over each whole group with TRL's formula
+  (`trl_advantages`); rows that do not train get a zero loss mask and `num_items_in_batch` is
+  recounted, so under token-normalised losses (`loss_type` dapo, the default, bnpo, cispo, vespo)
+  they are out of the loss and its denominator; under per-sequence losses (grpo, dr_grpo, sapo,
+  luspo) they still count as zero-loss rows in the batch mean. A reused response keeps its behaviour
+  log-probs (scored right after its round) and step; `correction=` names a rollwise correction whose
+  per-token weights multiply its advantages.
+* **In flight (DUET's abort).** The round's watcher rides on TRL's own `model.generate` call as a per-row
+  StoppingCriteria (`_Watch`), consulted after every decode step as the driver's peek/stop; stopped rows
+  keep the tokens they had, pruned rows get a NaN reward and leave their groups, weights (1/q) multiply
+  advantages. Only TRL's transformers generation (no tools, no mask_truncated_completions) serves it.
 * **Per-prompt group sizes by padding.** TRL groups rewards by `.view(-1, num_generations)`, so a
   prompt keeps a block of G rows; a planner giving it n < G samples generates only n of them (the
   others are not generated: they hold a single EOS token), their rewards are NaN (TRL's nanmean and
@@ -32,9 +41,11 @@ How it hooks in (the choices, and why):
   (weighted sum of the reward functions; correct = that sum, or `correct_reward`'s value, >=
   `success_threshold`), so history-based planners (greso, hive's stage 1, prompt-replay, cdas, duet,
   frontier, depo) learn. HIVE's prompt entropy is one prefill-only pass of the trainer's model.
-* **Refused**, by name, when the trainer is built: components that need extra samples after seeing
-  results (ar3po, aero, dars, pilot-commit, oracle, pvpo, sgpo, cures, dots), per-step sampling
-  parameters (e3's temperature), per-prompt sizes where padding is impossible (above). One process
+* **Refused**, by name and generation mode, when the trainer is built: stages, pilots and in-flight
+  control outside TRL's transformers generation (vLLM, rollout_func), hidden states in flight (arrol),
+  per-step sampling parameters (e3's temperature), rows continued from their tokens (treepo), partial
+  rollouts (april), per-prompt sizes where padding is impossible (above), a TRL version outside
+  SUPPORTED, a dataset without a `prompt` column. One process
   only (several would have to agree on every planner decision); map-style datasets only (the planner
   indexes the pool). Evaluation runs TRL's own path, untouched. Checkpoints carry the planner's state,
   PromptHistory and RNG (`rollwise_planner.pkl` beside TRL's files), so a resumed run goes on learning.
