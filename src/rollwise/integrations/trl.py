@@ -369,9 +369,9 @@ class RollwiseGRPOTrainer(GRPOTrainer):
             completion_ids[r] = list(completion_ids[r][:cut])
             if logprobs is not None:
                 logprobs[r] = list(logprobs[r][:cut])
-        for r in watch.actions:
-            if watch.actions[r] == "pruned":
-                self._rollwise_pad[watch.rows[r]] = True
+        for row, action in watch.actions.items():  # keyed by the round's row (padding rows included)
+            if action == "pruned":
+                self._rollwise_pad[row] = True
         return completion_ids, logprobs
 
     def _calculate_rewards(self, *args, **kwargs):
