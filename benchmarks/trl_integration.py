@@ -1,16 +1,23 @@
-"""TRL's GRPOTrainer with and without a rollwise planner, on CPU: does the integration change what TRL does?
+"""TRL's GRPOTrainer with and without a rollwise planner, on CPU: what the planners do inside TRL.
 
 A small Llama (transformers classes, rollwise's char tokenizer) is warm-started by a brief supervised
-pass on the embedded arithmetic task (cached under $ROLLWISE_CACHE), then trained by TRL 1.16 for the
-same number of steps per run with
+pass on the embedded arithmetic task (cached under $ROLLWISE_CACHE), then trained by TRL 1.16 with
   grpo        plain GRPOTrainer (TRL's own prompt sampler, every group trains);
-  greso       RollwiseGRPOTrainer, planner "greso" without refill (history-based skipping only);
-  greso+dapo  RollwiseGRPOTrainer, planner "greso+dapo" (skipping, zero-variance filter, refill).
-Per run: response tokens generated (padding rows excluded), groups rolled out / trained / trained with
-zero variance, greedy held-out accuracy before and after, wall time. Not a bench: a few seeds, a short run.
+  greso, greso+dapo, ar3po, duet-abort, ar3po+duet-abort, ...
+              RollwiseGRPOTrainer with that planner (the same planner objects as `rollwise train`).
+Two ways to end a run: `--steps S` (every config runs S TRL steps) or `--tokens T` (every config runs
+until it has generated T response tokens: equal generated tokens, the figure that compares methods
+that spend tokens differently; the learning rate is constant so that a run's length does not change
+its schedule). Per run: response tokens generated (padding rows excluded; pruned rows' tokens
+included), groups rolled out / trained, rows pruned and reused, greedy held-out accuracy at the end,
+wall time. With --tokens, each config's paired difference from grpo in final held-out accuracy (same
+seed), with a 95% bootstrap interval and the exact two-sided sign-flip p (rollwise.bench.stats).
+Exploratory: no preregistered plan, few seeds, one short run each.
 
     .venv/bin/python benchmarks/trl_integration.py --seeds 0 1 2 --steps 30 \
         --out benchmarks/results/trl_integration.json
+    nice -n 10 .venv/bin/python benchmarks/trl_integration.py --configs grpo ar3po duet-abort ar3po+duet-abort \
+        --seeds 0 1 2 3 4 --tokens 8000 --max-completion 12 --out benchmarks/results/trl_integration_winners.json
 """
 from __future__ import annotations
 
@@ -32,6 +39,12 @@ from rollwise.tasks.arithmetic import ArithmeticTask
 MODEL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=4, max_position_embeddings=64)
 SFT = dict(steps=400, batch_size=64, lr=2e-3, seed=0)
+# Planner options per config. DUET's length gate is set for this task's lengths: every answer is at most
+# 7 characters + EOS = 8 tokens, so a row still running past h_abort + grace = 8 tokens is wrong; the gate
+# prunes it w.p. 1 - q (the paper's q = 0.05) instead of letting it run to --max-completion (12).
+OPTIONS = {"greso": {"greso": {"dynamic_sampling": False}},
+           "duet-abort": {"duet-abort": {"h_abort": 7, "grace": 1}},
+           "ar3po+duet-abort": {"duet-abort": {"h_abort": 7, "grace": 1}}}
 
 
 def base_model(task: ArithmeticTask, log=print) -> Path:
@@ -132,8 +145,18 @@ def counting(base):
     return type(f"Counting{base.__name__}", bases, {})
 
 
-def run(config: str, seed: int, steps: int, base: Path, task: ArithmeticTask, B: int, G: int, out_dir: Path) -> dict:
-    from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
+def generated(trainer) -> tuple[int, int]:
+    """Response tokens and samples generated so far: TRL's rows as counted above it (plain GRPO), or the
+    planner's own count (which charges rows a watcher ended at the tokens they had, and skips padding)."""
+    if hasattr(trainer, "rollwise"):
+        log = trainer.rollwise_log
+        return sum(e["generated_tokens"] for e in log), sum(e["generated_samples"] for e in log)
+    return trainer.bench["tokens"], trainer.bench["samples"]
+
+
+def run(config: str, seed: int, steps: int, base: Path, task: ArithmeticTask, B: int, G: int, out_dir: Path,
+        tokens: int | None = None, max_completion: int = 8) -> dict:
+    from transformers import LlamaForCausalLM, PreTrainedTokenizerFast, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
     from rollwise.integrations.trl import RollwiseGRPOTrainer, arithmetic_dataset, verifier_reward
@@ -141,22 +164,30 @@ def run(config: str, seed: int, steps: int, base: Path, task: ArithmeticTask, B:
     tok = PreTrainedTokenizerFast.from_pretrained(str(base), local_files_only=True)
     model = LlamaForCausalLM.from_pretrained(str(base), local_files_only=True, dtype=torch.float32)
     args = GRPOConfig(output_dir=str(out_dir / f"{config}-{seed}"), use_cpu=True, bf16=False, report_to="none",
-                      per_device_train_batch_size=B * G, num_generations=G, max_completion_length=8,
+                      per_device_train_batch_size=B * G, num_generations=G, max_completion_length=max_completion,
                       max_steps=steps, save_strategy="no", learning_rate=5e-4, seed=seed, logging_steps=10,
-                      disable_tqdm=True, temperature=1.0)
+                      disable_tqdm=True, temperature=1.0,
+                      lr_scheduler_type="constant" if tokens else "linear")
     kw = dict(model=model, reward_funcs=verifier_reward(task.verify), args=args,
               train_dataset=arithmetic_dataset(task.train_pool()), processing_class=tok)
     if config == "grpo":
         trainer = counting(GRPOTrainer)(**kw)
     else:
-        options = {"greso": {"dynamic_sampling": False}} if config == "greso" else None
-        trainer = counting(RollwiseGRPOTrainer)(**kw, planner=config, planner_options=options)
+        trainer = RollwiseGRPOTrainer(**kw, planner=config, planner_options=OPTIONS.get(config))
     trainer.bench = {"tokens": 0, "samples": 0, "groups": 0, "zero_variance_trained": 0}
+    if tokens:
+        class Budget(TrainerCallback):  # equal generated tokens: stop at the first step boundary past the budget
+            def on_step_end(self, args, state, control, **kw):
+                if generated(trainer)[0] >= tokens:
+                    control.should_training_stop = True
+
+        trainer.add_callback(Budget())
     t0 = time.time()
     trainer.train()
     wall = time.time() - t0
-    out = {"config": config, "seed": seed, "steps": steps, "wall_s": round(wall, 1),
-           "tokens": trainer.bench["tokens"], "samples": trainer.bench["samples"]}
+    used, samples = generated(trainer)
+    out = {"config": config, "seed": seed, "steps": int(trainer.state.global_step), "wall_s": round(wall, 1),
+           "tokens": used, "samples": samples}
     if config == "grpo":
         out.update(groups_rolled=trainer.bench["groups"], groups_trained=trainer.bench["groups"],
                    zero_variance_trained=trainer.bench["zero_variance_trained"])
@@ -164,7 +195,10 @@ def run(config: str, seed: int, steps: int, base: Path, task: ArithmeticTask, B:
         log = trainer.rollwise_log
         out.update(groups_rolled=sum(e["prompts"] for e in log), groups_trained=sum(e["trained_groups"] for e in log),
                    zero_variance_trained=sum(e["zero_variance_trained"] for e in log),
-                   rounds=sum(e["rounds"] for e in log), skipped=sum(e.get("skipped", 0) for e in log))
+                   rounds=sum(e["rounds"] for e in log), skipped=sum(e.get("skipped", 0) for e in log),
+                   pruned_samples=sum(e["pruned_samples"] for e in log), pruned_tokens=sum(e["pruned_tokens"] for e in log),
+                   reused_samples=sum(e["reused_samples"] for e in log),
+                   trained_samples=sum(e["trained_samples"] for e in log))
     out["informative_groups_trained"] = out["groups_trained"] - out["zero_variance_trained"]
     out.update({f"final_{k}": v for k, v in accuracy(trainer.model, tok, task.heldout()).items()})
     return out
@@ -174,7 +208,11 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--configs", nargs="+", default=["grpo", "greso", "greso+dapo"])
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--steps", type=int, default=30, help="TRL steps per run (the cap, with --tokens)")
+    ap.add_argument("--tokens", type=int, help="end every run once it has generated this many response tokens")
+    ap.add_argument("--max-completion", type=int, default=8, help="TRL's max_completion_length")
+    ap.add_argument("--threads", type=int, default=max(1, min(2, os.cpu_count() or 1)),
+                    help="torch threads (1 on a loaded machine: waiting threads spin)")
     ap.add_argument("--prompts", type=int, default=8, help="prompts per step (B)")
     ap.add_argument("--generations", type=int, default=8, help="samples per prompt (G)")
     ap.add_argument("--pool", type=int, default=256)
@@ -187,7 +225,7 @@ def main(argv=None):
     import trl
     import transformers
 
-    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    torch.set_num_threads(a.threads)
     task = ArithmeticTask(pool_size=a.pool, heldout_size=128, seed=0)
     base = base_model(task)
     tok = char_tokenizer()
@@ -200,7 +238,7 @@ def main(argv=None):
     work = a.out.parent / "trl_integration_tmp"
     for seed in a.seeds:
         for config in a.configs:
-            r = run(config, seed, a.steps, base, task, a.prompts, a.generations, work)
+            r = run(config, seed, a.steps, base, task, a.prompts, a.generations, work, a.tokens, a.max_completion)
             print(json.dumps(r), flush=True)
             runs.append(r)
             a.out.parent.mkdir(parents=True, exist_ok=True)
@@ -210,8 +248,10 @@ def main(argv=None):
                 "versions": {"trl": trl.__version__, "transformers": transformers.__version__,
                              "torch": torch.__version__, "python": platform.python_version()},
                 "setup": {"prompts_per_step": a.prompts, "generations": a.generations, "steps": a.steps,
+                          "tokens": a.tokens, "max_completion": a.max_completion, "options": OPTIONS,
                           "pool": a.pool, "heldout": 128, "model": MODEL, "warm_start": SFT},
-                "base_heldout": base_acc, "runs": runs, "summary": summarize(runs)}, indent=2))
+                "label": "exploratory (no preregistered plan)",
+                "base_heldout": base_acc, "runs": runs, "summary": summarize(runs), "paired": paired(runs)}, indent=2))
     import shutil
 
     shutil.rmtree(work, ignore_errors=True)
@@ -222,30 +262,61 @@ def main(argv=None):
 def render(path: Path) -> str:
     """A markdown table of a results file (per config: mean, then the per-seed values)."""
     data = json.loads(path.read_text())
-    rows = ["| config | seeds | response tokens | groups rolled out | groups trained | zero-variance trained | "
-            "trained with signal | held-out acc | wall s |", "| --- " * 9 + "|"]
+    rows = ["| config | seeds | TRL steps | response tokens | groups rolled out | groups trained | zero-variance trained | "
+            "rows pruned | rows reused | held-out acc | wall s |", "| --- " * 11 + "|"]
     for config, m in data["summary"].items():
         def cell(k, fmt="{:.0f}"):
+            if k not in m:
+                return "-"
             return fmt.format(m[k]["mean"]) + " (" + ", ".join(fmt.format(v) for v in m[k]["per_seed"]) + ")"
-        rows.append(f"| {config} | {len(m['seeds'])} | {cell('tokens')} | {cell('groups_rolled')} | "
-                    f"{cell('groups_trained')} | {cell('zero_variance_trained')} | {cell('informative_groups_trained')} | "
-                    f"{cell('final_acc', '{:.3f}')} | {cell('wall_s')} |")
+        rows.append(f"| {config} | {len(m['seeds'])} | {cell('steps')} | {cell('tokens')} | {cell('groups_rolled')} | "
+                    f"{cell('groups_trained')} | {cell('zero_variance_trained')} | {cell('pruned_samples')} | "
+                    f"{cell('reused_samples')} | {cell('final_acc', '{:.3f}')} | {cell('wall_s')} |")
     base = data["base_heldout"]["acc"]
     setup = data["setup"]
-    return (f"# {data['what']}\n\n`{data['command']}`, versions {data['versions']}.\n\n"
-            f"{setup['steps']} TRL steps per run, {setup['prompts_per_step']} prompts x {setup['generations']} "
-            f"samples per step, pool {setup['pool']}, held-out {setup['heldout']} (greedy; the warm-started "
-            f"base scores {base:.3f}). Means, per-seed values in brackets.\n\n" + "\n".join(rows) + "\n")
+    end = (f"until {setup['tokens']} response tokens were generated (at most {setup['steps']} TRL steps; constant "
+           "learning rate)") if setup.get("tokens") else f"{setup['steps']} TRL steps"
+    text = (f"# {data['what']}\n\n`{data['command']}`, versions {data['versions']}.\n\n"
+            f"{data.get('label', '')}. Every run trains {end}, {setup['prompts_per_step']} prompts x "
+            f"{setup['generations']} samples per step, max completion {setup.get('max_completion', 8)} tokens, "
+            f"pool {setup['pool']}, held-out {setup['heldout']} (greedy; the warm-started base scores {base:.3f}). "
+            f"Planner options: {setup.get('options', {})}. Means, per-seed values in brackets.\n\n" + "\n".join(rows) + "\n")
+    paired = data.get("paired")
+    if paired:
+        text += ("\nPaired differences from grpo in final held-out accuracy (same seed; 95% bootstrap interval over "
+                 "seeds; exact two-sided sign-flip p):\n\n| config | seeds | difference | 95% interval | sign-flip p |\n"
+                 "| --- | --- | --- | --- | --- |\n")
+        for config, p in paired.items():
+            text += f"| {config} | {p['seeds']} | {p['diff']:+.3f} | [{p['lo']:+.3f}, {p['hi']:+.3f}] | {p['p']:.3f} |\n"
+    return text
 
 
 def summarize(runs: list[dict]) -> dict:
     out = {}
     for config in dict.fromkeys(r["config"] for r in runs):
         rs = [r for r in runs if r["config"] == config]
-        keys = ["tokens", "groups_rolled", "groups_trained", "zero_variance_trained", "informative_groups_trained",
-                "final_acc", "wall_s"]
-        out[config] = {k: {"mean": float(np.mean([r[k] for r in rs])), "per_seed": [r[k] for r in rs]} for k in keys}
+        keys = ["steps", "tokens", "groups_rolled", "groups_trained", "zero_variance_trained", "informative_groups_trained",
+                "pruned_samples", "reused_samples", "final_acc", "wall_s"]
+        out[config] = {k: {"mean": float(np.mean([r[k] for r in rs])), "per_seed": [r[k] for r in rs]}
+                       for k in keys if all(k in r for r in rs)}
         out[config]["seeds"] = [r["seed"] for r in rs]
+    return out
+
+
+def paired(runs: list[dict]) -> dict:
+    """Per config: the mean over seeds of (config - grpo) final held-out accuracy on the same seed, its 95%
+    bootstrap interval and the exact two-sided sign-flip p (rollwise.bench.stats, as Bench 3.0)."""
+    from rollwise.bench.stats import paired_difference, sign_flip_p
+
+    base = {r["seed"]: r["final_acc"] for r in runs if r["config"] == "grpo"}
+    out = {}
+    for config in dict.fromkeys(r["config"] for r in runs if r["config"] != "grpo"):
+        pairs = [(base[r["seed"]], r["final_acc"]) for r in runs if r["config"] == config and r["seed"] in base]
+        if len(pairs) < 2:
+            continue
+        b, o = zip(*pairs)
+        d = paired_difference(b, o, np.random.default_rng(0))
+        out[config] = {**d, "p": sign_flip_p(np.subtract(o, b)), "seeds": len(pairs)}
     return out
 
 

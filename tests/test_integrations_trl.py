@@ -46,15 +46,16 @@ def tiny_llama():
     return LlamaForCausalLM(cfg), tok
 
 
-def make_trainer(tmp_path, planner, prompts_per_batch=4, max_steps=2, pool=len(KINDS), save_steps=None, **kw):
+def make_trainer(tmp_path, planner, prompts_per_batch=4, max_steps=2, pool=len(KINDS), save_steps=None,
+                 reward=scripted_reward, mask_truncated_completions=False, **kw):
     model, tok = tiny_llama()
     ds = datasets.Dataset.from_dict({"prompt": [f"{i}+{i}=" for i in range(pool)], "kind": KINDS[:pool]})
     args = GRPOConfig(output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, report_to="none",
                       per_device_train_batch_size=prompts_per_batch * G, num_generations=G, max_completion_length=6,
                       max_steps=max_steps, save_strategy="steps" if save_steps else "no", save_steps=save_steps or 500,
-                      learning_rate=1e-3, seed=0, logging_steps=1,
+                      learning_rate=1e-3, seed=0, logging_steps=1, mask_truncated_completions=mask_truncated_completions,
                       disable_tqdm=True)
-    return rt.RollwiseGRPOTrainer(model=model, reward_funcs=scripted_reward, args=args, train_dataset=ds,
+    return rt.RollwiseGRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=ds,
                                   processing_class=tok, planner=planner, **kw)
 
 
@@ -83,20 +84,44 @@ def test_a_changed_hook_fails_loudly(monkeypatch):
         rt.check_trl()
 
 
-@pytest.mark.parametrize("planner, needs", [("ar3po", "ar3po needs on-demand sampling"),
-                                            ("greso+pilot-commit", "pilot-commit needs on-demand sampling"),
+@pytest.mark.parametrize("planner, needs", [("arrol", "arrol reads hidden states in flight"),
+                                            ("treepo", "treepo needs an engine that continues rows"),
+                                            ("april", "april carries unfinished rows"),
                                             ("e3", "e3 sets sampling parameters per step")])
 def test_refuses_what_trl_cannot_serve_by_name(tmp_path, planner, needs):
-    with pytest.raises(ValueError, match=needs):
+    with pytest.raises(ValueError, match=r"^TRL .* GRPOTrainer \(transformers generation\) cannot run planner .*" + needs):
         make_trainer(tmp_path, planner)
 
 
-def test_group_sizes_are_refused_where_trl_cannot_pad(tmp_path):
-    def rollout_func(prompts, trainer):  # a custom generator samples every row: padding is impossible
+@pytest.mark.parametrize("planner, needs", [("frontier", "frontier sets per-prompt group sizes"),
+                                            ("ar3po", "ar3po needs on-demand sampling"),
+                                            ("duet-abort", "duet-abort needs in-flight control")])
+def test_refused_where_trl_generates_through_a_rollout_func(tmp_path, planner, needs):
+    def rollout_func(prompts, trainer):  # a custom generator samples every row: no padding, stages or stops
         raise AssertionError("not called")
 
-    with pytest.raises(ValueError, match="frontier sets per-prompt group sizes"):
-        make_trainer(tmp_path, "frontier", rollout_func=rollout_func)
+    with pytest.raises(ValueError, match=r"\(rollout_func\) cannot run planner .*" + needs):
+        make_trainer(tmp_path, planner, rollout_func=rollout_func)
+
+
+def test_in_flight_abort_is_refused_where_trl_would_mask_a_stopped_row(tmp_path):
+    with pytest.raises(ValueError, match=r"\(transformers generation with mask_truncated_completions\) cannot run "
+                                         r"planner 'duet-abort': duet-abort needs in-flight control"):
+        make_trainer(tmp_path, "duet-abort", mask_truncated_completions=True)
+
+
+def test_refuses_an_unsupported_trl_version_and_a_dataset_without_prompts(tmp_path, monkeypatch):
+    monkeypatch.setattr(trl, "__version__", "1.17.0")
+    with pytest.raises(RuntimeError, match=r"supports trl >=1.16.0,<1.17 .* trl 1.17.0 is installed"):
+        rt.check_trl()
+    monkeypatch.setattr(trl, "__version__", rt.TESTED)
+    model, tok = tiny_llama()
+    args = GRPOConfig(output_dir=str(tmp_path / "o"), use_cpu=True, bf16=False, report_to="none",
+                      per_device_train_batch_size=G, num_generations=G, max_completion_length=4, max_steps=1)
+    ds = datasets.Dataset.from_dict({"question": ["1+1="], "kind": ["easy"]})
+    with pytest.raises(ValueError, match=r"train dataset has no 'prompt' column \(its columns: question, kind\)"):
+        rt.RollwiseGRPOTrainer(model=model, reward_funcs=scripted_reward, args=args, train_dataset=ds,
+                               processing_class=tok, planner="uniform")
 
 
 def test_dapo_trains_only_groups_with_signal_and_refills(tmp_path):

@@ -4,14 +4,20 @@ One host step is one planner step, in rounds, exactly as in rollwise's own StepD
 
     requests = host.start(step)         which prompts, and how many samples each (select, allocate)
     while requests:
-        groups = <the host generates and scores the requests>   one light Group per Request
-        requests = host.send(groups)     refill rounds (DAPO dynamic sampling) until the batch is full
+        groups = <the host generates and scores the requests>   one Group per Request
+        requests = host.send(groups)     stages, pilots, refill rounds, until the batch is assembled
     result = host.finish()              the groups that train; history recorded, planner observed
 
-Only the coroutine `Planner.plan` decides; the host never re-implements selection, refill or filtering,
-so a planner behaves inside TRL or verl as it does in rollwise's loop. Components that need what a host
-cannot serve (extra samples after seeing results, the policy's internals, per-step sampling parameters,
-per-prompt group sizes on a host with fixed groups) are refused by name when the host is built.
+Only the coroutine `Planner.plan` decides; the host never re-implements selection, stages, refill,
+reuse or filtering, so a planner behaves inside TRL or verl as it does in rollwise's loop. A host that
+can generate on demand (`sampling=True`) also serves stages (more samples of a prompt already rolled
+out this step, merged into its group by the planner), pilots, profiles and oracle measurements; one
+that can stop single samples in flight (`inflight=True`) gets the round's watcher in `host.watch`
+(DUET's abort), and sends back pruned samples with status "pruned": they leave their groups here, as
+the StepDriver drops them, and are counted as pruned. Components that need what a host cannot serve
+(samples of their own, in-flight control, hidden states, the policy's internals, per-step sampling
+parameters, per-prompt group sizes on a host with fixed groups, partial rollouts) are refused by name
+when the host is built.
 """
 from __future__ import annotations
 
@@ -20,7 +26,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..control.base import Assembled, Component, Planner, StepContext, build_planner
+from ..control.base import Assembled, Component, Planner, StepContext, Wave, build_planner
+from ..control.capabilities import Partial, Watcher, find
 from ..core.history import PromptHistory
 from ..core.types import DEFAULT_SAMPLING, Group, Prompt, Request
 
@@ -69,11 +76,15 @@ class PlannerHost:
     it can serve one (HIVE's prompt entropy); without it, components that read the policy are refused.
     `max_n` is the most samples the host can give one prompt in one round (None: no limit);
     `per_prompt_n=False` refuses components that set group sizes (a host whose groups are fixed).
-    Larger requests than `max_n` are capped, and counted in the step's metrics ("capped_requests")."""
+    Larger requests than `max_n` are capped, and counted in the step's metrics ("capped_requests").
+    `sampling`: the host generates whatever a round asks for (stages, pilots, profiles, oracle samples);
+    `inflight` / `hidden`: it runs a round's watcher between decode steps (with hidden states). `policy`
+    is what components see as `ctx.policy` (a host gives at most a tokenizer view: `encode(text)`)."""
 
     def __init__(self, spec: str | list[str], pool: Sequence[Prompt], *, batch_size: int, n: int, host: str,
                  seed: int = 0, options: dict | None = None, max_n: int | None = None,
-                 per_prompt_n: bool = True, prompt_stats: Callable | None = None):
+                 per_prompt_n: bool = True, prompt_stats: Callable | None = None, sampling: bool = False,
+                 inflight: bool = False, hidden: bool = False, policy=None):
         if batch_size < 1 or n < 1:
             raise ValueError(f"{host}: batch_size and n must be >= 1 (got {batch_size}, {n})")
         if max_n is not None and n > max_n:
@@ -82,10 +93,12 @@ class PlannerHost:
         self.host, self.pool, self.batch_size, self.n, self.max_n = host, pool, int(batch_size), int(n), max_n
         self.rng = np.random.default_rng(seed)
         self.planner: Planner = build_planner(spec, len(pool), self.rng, options)
-        self.planner.require(host, sampling=False, policy=prompt_stats is not None, refill=True)
-        _refuse_what_hosts_cannot_set(self.planner, host, per_prompt_n)
+        self.planner.require(host, sampling=sampling, policy=prompt_stats is not None, refill=True, inflight=inflight)
+        _refuse_what_hosts_cannot_set(self.planner, host, per_prompt_n, hidden)
+        self.sampling, self.inflight = bool(sampling), bool(inflight)
         self.history = PromptHistory(len(pool))
-        self.prompt_stats = prompt_stats
+        self.prompt_stats, self.policy = prompt_stats, policy
+        self.watch = None  # the current round's in-flight watcher (a Wave's), or None
         self.step_count = 0  # planner steps finished
         self._plan = None
         self._ctx: StepContext | None = None
@@ -104,9 +117,11 @@ class PlannerHost:
             raise RuntimeError(f"{self.host}: a rollwise step is still open (call finish() first)")
         step = self.step_count if step is None else int(step)
         self._ctx = StepContext(step, self.batch_size, self.n, self.pool, self.history, None, self.rng,
-                                prompt_stats=self.prompt_stats)
+                                policy=self.policy, prompt_stats=self.prompt_stats)
         self._plan = self.planner.plan(self._ctx)
         self._assembled, self._rounds, self._capped = None, 0, 0
+        self._sent: list = []  # every rollout generated this step (all purposes), pruned ones included
+        self._pruned: list = []
         return self._advance(None)
 
     def send(self, groups: list[Group]) -> list[Request]:
@@ -114,6 +129,13 @@ class PlannerHost:
         requests, or [] when the batch is assembled."""
         if self._plan is None or self._assembled is not None:
             raise RuntimeError(f"{self.host}: no round is waiting for results")
+        # counted as sent: a planner merges later stages into the groups it already holds
+        self._sent += [r for g in groups for r in g.rollouts]
+        for g in groups:  # as the StepDriver: samples pruned in flight leave their groups before any planner hook
+            pruned = [r for r in g.rollouts if getattr(r, "status", "done") == "pruned"]
+            if pruned:
+                self._pruned += pruned
+                g.rollouts = [r for r in g.rollouts if getattr(r, "status", "done") != "pruned"]
         return self._advance(groups)
 
     def finish(self) -> StepResult:
@@ -127,6 +149,8 @@ class PlannerHost:
         self.planner.observe(assembled.batch, ctx)
         trained = assembled.batch.groups
         trained_ids = {id(g) for g in trained}
+        fresh = {id(r) for r in self._sent}
+        reused = [r for g in trained for r in g.rollouts if id(r) not in fresh]  # stored from earlier steps
         metrics = {
             "rounds": self._rounds,
             "prompts": len(rolled),
@@ -139,6 +163,15 @@ class PlannerHost:
             "zero_variance_rolled": sum(g.zero_variance for g in rolled),
             "zero_variance_trained": sum(g.zero_variance for g in trained),
             "capped_requests": self._capped,
+            # everything generated this step, whatever its fate (what a ledger charges as decoded)
+            "generated_samples": len(self._sent),
+            "generated_tokens": sum(r.num_tokens for r in self._sent),
+            "measurement_tokens": sum(r.num_tokens for r in self._sent  # pilots, profiles, oracle samples
+                                      if getattr(r, "purpose", "train") != "train"),
+            "pruned_samples": len(self._pruned),
+            "pruned_tokens": sum(r.num_tokens for r in self._pruned),
+            "reused_samples": len(reused),
+            "reused_tokens": sum(r.num_tokens for r in reused),
             **{k: float(v) for k, v in ctx.metrics.items()},
         }
         result = StepResult(ctx.step, assembled, self._rounds, metrics)
@@ -153,8 +186,17 @@ class PlannerHost:
             self._assembled = stop.value
             return []
         self._rounds += 1
+        self.watch = None
+        if isinstance(requests, Wave):  # in-flight control of this round (require() refused it where unserved)
+            if requests.enough is not None:
+                raise ValueError(f"{self.host}: planner {self.name!r} stops a wave early (partial rollouts); "
+                                 "this host cannot")
+            self.watch, requests = requests.watch, requests.requests
         for r in requests:
-            if r.purpose != "train" or r.prefix is not None:
+            if r.prefix is not None:
+                raise ValueError(f"{self.host}: planner {self.name!r} continues rows from their tokens "
+                                 "(Request.prefix); this host cannot")
+            if r.purpose != "train" and not self.sampling:
                 raise ValueError(f"{self.host}: planner {self.name!r} asked for {r.purpose!r} samples of its own; "
                                  "this host generates train samples only")
             if r.sampling != DEFAULT_SAMPLING:
@@ -179,11 +221,15 @@ class PlannerHost:
         self.step_count = int(state["step_count"])
 
 
-def _refuse_what_hosts_cannot_set(planner: Planner, host: str, per_prompt_n: bool) -> None:
-    """Per-step sampling parameters (E3's temperature) and, on a fixed-group host, group sizes are not
-    flags on a component; find them by what the component overrides, and refuse by name."""
+def _refuse_what_hosts_cannot_set(planner: Planner, host: str, per_prompt_n: bool, hidden: bool = False) -> None:
+    """Per-step sampling parameters (E3's temperature), on a fixed-group host group sizes, hidden states
+    in flight (ARRoL) and partial rollouts (APRIL) are not among `Planner.require`'s needs; find them by
+    what the component declares or overrides, and refuse by name."""
     probe = StepContext(0, 1, 1, [], None, None, np.random.default_rng(0))
-    missing = []
+    missing = [f"{c.name} reads hidden states in flight (Watcher(hidden=True)), which this host does not expose"
+               for c, cap in find(planner.components, Watcher) if cap.hidden and not hidden]
+    missing += [f"{c.name} carries unfinished rows to the next step (partial rollouts)"
+                for c, _ in find(planner.components, Partial)]
     for c in planner.components:
         try:
             overrides = c.sampling(probe)

@@ -13,14 +13,23 @@ How it hooks in (the choices, and why):
   (A `_get_train_sampler` override would lag one generation batch behind the rewards: accelerate's
   dataloader fetches the next batch before the current one is generated. Refill needs prompts chosen
   at generation time anyway.) The dataloader still paces TRL's steps and epochs; its rows are unused.
-* **Refill and filtering (DAPO dynamic sampling).** Each planner round is one call of TRL's own
-  `_generate_and_score_completions`, so TRL computes rewards and advantages as usual, per round. The
-  planner decides which groups train; the batch handed back to TRL is always B blocks of G rows: the
-  trained groups first, then (when fewer than B were accepted) blocks that do not train. Rows that do
-  not train get a zero loss mask, and `num_items_in_batch` is recounted, so under token-normalised
-  losses (`loss_type` dapo, the default, bnpo, cispo, vespo) they are out of the loss and its
-  denominator. Under per-sequence losses (grpo, dr_grpo, sapo, luspo) they still count as zero-loss
-  rows in the batch mean.
+* **Rounds: refill, stages, pilots.** Each round of the planner's own `plan()` coroutine (run by
+  PlannerHost, as the StepDriver runs it: the first wave, a DAPO refill, an AR3PO/AERO/DARS stage for
+  prompts already rolled out, a pilot, a profile) is one call of TRL's own
+  `_generate_and_score_completions`. The planner merges stages into each prompt's group.
+* **The batch.** The trained groups' rows, whole (every stage; AR3PO's reused response as a row of its
+  stored tokens), then rows that do not train up to TRL's shape (>= B x G rows, a multiple of
+  steps_per_generation). Advantages are recomputed over each whole group with TRL's formula
+  (`trl_advantages`); rows that do not train get a zero loss mask and `num_items_in_batch` is
+  recounted, so under token-normalised losses (`loss_type` dapo, the default, bnpo, cispo, vespo)
+  they are out of the loss and its denominator; under per-sequence losses (grpo, dr_grpo, sapo,
+  luspo) they still count as zero-loss rows in the batch mean. A reused response keeps its behaviour
+  log-probs (scored right after its round) and step; `correction=` names a rollwise correction whose
+  per-token weights multiply its advantages.
+* **In flight (DUET's abort).** The round's watcher rides on TRL's own `model.generate` call as a per-row
+  StoppingCriteria (`_Watch`), consulted after every decode step as the driver's peek/stop; stopped rows
+  keep the tokens they had, pruned rows get a NaN reward and leave their groups, weights (1/q) multiply
+  advantages. Only TRL's transformers generation (no tools, no mask_truncated_completions) serves it.
 * **Per-prompt group sizes by padding.** TRL groups rewards by `.view(-1, num_generations)`, so a
   prompt keeps a block of G rows; a planner giving it n < G samples generates only n of them (the
   others are not generated: they hold a single EOS token), their rewards are NaN (TRL's nanmean and
@@ -32,9 +41,11 @@ How it hooks in (the choices, and why):
   (weighted sum of the reward functions; correct = that sum, or `correct_reward`'s value, >=
   `success_threshold`), so history-based planners (greso, hive's stage 1, prompt-replay, cdas, duet,
   frontier, depo) learn. HIVE's prompt entropy is one prefill-only pass of the trainer's model.
-* **Refused**, by name, when the trainer is built: components that need extra samples after seeing
-  results (ar3po, aero, dars, pilot-commit, oracle, pvpo, sgpo, cures, dots), per-step sampling
-  parameters (e3's temperature), per-prompt sizes where padding is impossible (above). One process
+* **Refused**, by name and generation mode, when the trainer is built: stages, pilots and in-flight
+  control outside TRL's transformers generation (vLLM, rollout_func), hidden states in flight (arrol),
+  per-step sampling parameters (e3's temperature), rows continued from their tokens (treepo), partial
+  rollouts (april), per-prompt sizes where padding is impossible (above), a TRL version outside
+  SUPPORTED, a dataset without a `prompt` column. One process
   only (several would have to agree on every planner decision); map-style datasets only (the planner
   indexes the pool). Evaluation runs TRL's own path, untouched. Checkpoints carry the planner's state,
   PromptHistory and RNG (`rollwise_planner.pkl` beside TRL's files), so a resumed run goes on learning.
@@ -43,17 +54,17 @@ Per planner step the trainer logs `rollwise/*` metrics and appends a dict to `tr
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import os
 import pickle
-import warnings
 from collections.abc import Callable
 
 import numpy as np
 import torch
 
-from ..core.types import Group, Prompt
+from ..core.types import Group, Prompt, Rollout
 from .host import LazyPool, PlannerHost, StepResult
 
 TESTED = "1.16.0"
@@ -62,7 +73,9 @@ SUPPORTED = (">=1.16.0", "<1.17")  # the hooks below were checked against 1.16.0
 try:
     import trl
     from datasets import Dataset
+    from transformers import StoppingCriteria
     from trl import GRPOTrainer
+    from trl.trainer.utils import nanstd
 except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("rollwise.integrations.trl needs TRL: `pip install rollwise[trl]` "
                       "(on a CPU machine: `bash scripts/setup.sh --with trl`)") from e
@@ -83,11 +96,13 @@ _LEFT_PADDED = {"prompt_ids", "prompt_mask"}
 _RIGHT_PADDED = {"completion_ids", "completion_mask", "tool_mask", "old_per_token_logps", "ref_per_token_logps",
                  "sampling_per_token_logps", "importance_sampling_ratio"}
 _PER_ROW = {"advantages"}
+# Components whose need for the policy is the prompt_stats prefill pass (served); others read the policy itself.
+PROMPT_STATS_ONLY = {"hive", "dots"}
 
 
 def check_trl(cls: type = GRPOTrainer) -> None:
-    """Raise, naming the hook, if the installed TRL changed a method this integration overrides; warn
-    if its version is outside the tested range."""
+    """Raise, naming the hook, if the installed TRL changed a method this integration overrides, or if its
+    version is outside the supported range (the in-flight and stage hooks rely on TRL's internals)."""
     from packaging.version import Version
 
     problems = []
@@ -104,48 +119,79 @@ def check_trl(cls: type = GRPOTrainer) -> None:
                            f"{trl.__version__} changed the hooks it uses: " + "; ".join(problems))
     v = Version(trl.__version__)
     if not (Version(SUPPORTED[0][2:]) <= v < Version(SUPPORTED[1][1:])):
-        warnings.warn(f"rollwise's TRL integration is tested with trl {TESTED} (supported {','.join(SUPPORTED)}); "
-                      f"trl {trl.__version__} is installed: its hook signatures match, behaviour is untested",
-                      stacklevel=2)
+        raise RuntimeError(f"rollwise's TRL integration supports trl {','.join(SUPPORTED)} (tested with {TESTED}); "
+                           f"trl {trl.__version__} is installed: install trl=={TESTED}")
 
 
 class RollwiseGRPOTrainer(GRPOTrainer):
-    """GRPOTrainer whose prompts, group sizes and trained groups come from a rollwise planner.
+    """GRPOTrainer whose prompts, group sizes, stages and trained groups come from a rollwise planner.
 
-    `planner`: a spec such as "greso+dapo"; `planner_options`: {component: kwargs}; `planner_seed`
-    (default `args.seed`). `n`: the planner's default group size (default `num_generations`; set it
-    below `num_generations` to leave room for planners that give some prompts more samples).
-    `answer_column`: the dataset column planners see as the answer (informational only).
-    `success_threshold` / `correct_reward`: what counts as a correct sample in PromptHistory (the
-    weighted reward sum, or the named reward function's value, >= the threshold)."""
+    `planner`: a spec such as "greso+dapo" or "ar3po"; `planner_options`: {component: kwargs};
+    `planner_seed` (default `args.seed`). `n`: the planner's default group size (default
+    `num_generations`; set it below `num_generations` to leave room for planners that give some prompts
+    more samples in one round). `answer_column`: the dataset column planners see as the answer
+    (informational). `success_threshold` / `correct_reward`: what counts as a correct sample in
+    PromptHistory (the weighted reward sum, or the named reward function's value, >= the threshold).
+    `correction` / `correction_options`: a rollwise off-policy correction by name (`tis-token`,
+    `mis-seq`, ...; default "none": on-policy, as rollwise's learner) applied to responses reused from
+    an earlier step (AR3PO), from their stored behaviour log-probs."""
 
     def __init__(self, *args, planner: str, planner_options: dict | None = None, planner_seed: int | None = None,
                  n: int | None = None, success_threshold: float = 1.0, correct_reward: str | None = None,
-                 answer_column: str = "answer", **kwargs):
+                 answer_column: str = "answer", correction: str = "none", correction_options: dict | None = None,
+                 **kwargs):
         check_trl()
         super().__init__(*args, **kwargs)
-        host = f"TRL {trl.__version__} GRPOTrainer"
+        mode = generation_mode(self)
+        host = f"TRL {trl.__version__} GRPOTrainer ({mode})"
         if self.accelerator.num_processes != 1:
             raise ValueError(f"{host} with a rollwise planner runs on one process (every process would have to "
                              f"make the same planner decisions); found {self.accelerator.num_processes}")
         if not isinstance(self.train_dataset, Dataset):
             raise TypeError(f"{host} with a rollwise planner needs a map-style datasets.Dataset (the planner "
                             f"indexes the prompt pool); got {type(self.train_dataset).__name__}")
+        columns = list(self.train_dataset.column_names)
+        if "prompt" not in columns:
+            raise ValueError(f"{host}: the train dataset has no 'prompt' column (its columns: {', '.join(columns)})")
+        if answer_column != "answer" and answer_column not in columns:
+            raise ValueError(f"{host}: answer_column={answer_column!r} is not a column of the train dataset "
+                             f"(its columns: {', '.join(columns)})")
         if correct_reward is not None and correct_reward not in self.reward_func_names:
             raise ValueError(f"correct_reward={correct_reward!r} is not one of the reward functions "
                              f"{self.reward_func_names}")
+        if self.multi_objective_aggregation != "sum_then_normalize":
+            raise ValueError(f"{host}: rollwise recomputes advantages over each trained group from the summed reward "
+                             f"(TRL's sum_then_normalize); multi_objective_aggregation="
+                             f"{self.multi_objective_aggregation!r} is not supported")
+        from ..core import registry
+
+        self._correction = registry.get("correction", correction).obj
+        self._correction_options = dict(correction_options or {})
+        registry.check_options(self._correction, self._correction_options, "correction_options")
+        self._correction_name = correction
         self._answer_column, self._threshold = answer_column, float(success_threshold)
         self._correct_col = None if correct_reward is None else self.reward_func_names.index(correct_reward)
         G = self.num_generations
+        own = mode.startswith("transformers")  # TRL generates here: rows can be left out, rounds can be any size
+        inflight = mode == "transformers generation"  # not with tools, nor with mask_truncated_completions
         pool = LazyPool(len(self.train_dataset), self._rollwise_prompt)
         self.rollwise = PlannerHost(
             planner, pool, batch_size=self.args.generation_batch_size // G, n=n or G, host=host,
             seed=self.args.seed if planner_seed is None else planner_seed, options=planner_options, max_n=G,
-            per_prompt_n=not self.use_vllm and self.rollout_func is None, prompt_stats=self._rollwise_prompt_stats)
+            per_prompt_n=own, prompt_stats=self._rollwise_prompt_stats, sampling=own, inflight=inflight,
+            policy=_TokenizerView(self._tokenizer))
+        bad = [c.name for c in self.rollwise.planner.components if c.needs_policy and c.name not in PROMPT_STATS_ONLY]
+        if bad:
+            raise ValueError(f"{host} cannot run planner {self.rollwise.name!r}: {', '.join(bad)} needs the policy "
+                             "itself (per-response gradients), which the integration does not hand to planners")
+        # behaviour log-probs are kept with each rollout where a planner may store responses for reuse
+        self._keep_logps = self.rollwise.planner.needs_sampling or correction != "none"
         self.rollwise_log: list[dict] = []
         self._rollwise_live: list[bool] | None = None  # rows to generate in this round (None: all)
-        self._rollwise_pad: torch.Tensor | None = None  # rows that are padding in this round
+        self._rollwise_pad: torch.Tensor | None = None  # rows that are padding (or pruned) in this round
         self._rollwise_rewards: torch.Tensor | None = None  # this round's rewards_per_func
+        self._rollwise_watch: _Watch | None = None  # this round's in-flight watcher
+        self._rollwise_where: dict[int, tuple[int, int]] = {}  # id(rollout) -> (round, row) of this step
 
     # ---- the pool -------------------------------------------------------------------------
     def _rollwise_row(self, i: int) -> dict:
@@ -200,51 +246,91 @@ class RollwiseGRPOTrainer(GRPOTrainer):
         if not requests:
             raise RuntimeError(f"planner {host.name!r} chose no prompt after a full pass over the pool "
                                "(every candidate was skipped); the trainer has nothing to generate")
-        rounds = []
-        while requests:
-            out, groups = self._rollwise_round(requests)
-            rounds.append((out, requests, groups))
+        outs = []
+        self._rollwise_where = {}
+        while requests:  # every round (first wave, stage, pilot, refill) is one call of TRL's own generation
+            out, groups = self._rollwise_round(requests, host.watch, len(outs))
+            outs.append(out)
             requests = host.send(groups)
         result = host.finish()
+        batch = self._rollwise_batch(outs, result)
         self._rollwise_report(result)
-        return self._rollwise_batch(rounds, result)
+        return batch
 
-    def _rollwise_round(self, requests) -> tuple[dict, list[Group]]:
-        """Generate and score one round with TRL's own method: each prompt a block of G rows, of which
-        the first n are sampled. Returns TRL's output and one light Group per request."""
+    def _rollwise_round(self, requests, watch, k: int) -> tuple[dict, list[Group]]:
+        """Generate and score one round with TRL's own method: each request a block of G rows, of which
+        the first n are sampled (the rest is padding, never generated). With a watcher, generation stops
+        single rows as it decides. Returns TRL's output and one Group of Rollouts per request."""
         G = self.num_generations
-        rows, live = [], []
-        for r in requests:
+        rows, live, slots = [], [], []
+        for b, r in enumerate(requests):
             row = self._rollwise_row(r.prompt.id)
             rows += [dict(row) for _ in range(G)]
             live += [True] * r.n + [False] * (G - r.n)
+            slots += [(b, j) for j in range(r.n)]
         self._rollwise_live = None if all(live) else live
         self._rollwise_pad = torch.tensor([not x for x in live])
+        self._rollwise_watch = None if watch is None else _Watch(
+            watch, slots, [r.n for r in requests], [b * G + j for b, j in slots], self.eos_token_ids,
+            self.max_completion_length)
         try:
             out = super()._generate_and_score_completions(rows)
-            rewards_per_func = self._rollwise_rewards
+            rewards_per_func, watched = self._rollwise_rewards, self._rollwise_watch
         finally:
             self._rollwise_live, self._rollwise_pad, self._rollwise_rewards = None, None, None
+            self._rollwise_watch = None
         if rewards_per_func is None or rewards_per_func.shape[0] != len(rows):
             raise RuntimeError("TRL's _generate_and_score_completions did not score this round through "
                                "_calculate_rewards: the integration does not match the installed TRL")
+        if watched is not None and not watched.calls:
+            raise RuntimeError("TRL's generation did not pass through model.generate's stopping criteria: the "
+                               "in-flight integration does not match the installed TRL")
         total = torch.nan_to_num((rewards_per_func * self.reward_weights.unsqueeze(0)).nansum(dim=1), nan=0.0)
         judged = total if self._correct_col is None else torch.nan_to_num(rewards_per_func[:, self._correct_col])
         correct = judged >= self._threshold
-        mask = out["completion_mask"] if "tool_mask" not in out else out["completion_mask"] * out["tool_mask"]
-        lengths = mask.sum(1).cpu()
+        logps = None
+        if self._keep_logps:  # the behaviour log-probs (mu) of what was sampled: the same model, just now
+            logps = out.get("old_per_token_logps")
+            if logps is None:
+                logps = self._rollwise_logps(out)
+        version, eos = int(self.state.global_step), set(self.eos_token_ids)
         groups = []
         for b, r in enumerate(requests):
-            s = slice(b * G, b * G + r.n)
-            groups.append(Group.from_outcomes(r.prompt, total[s].tolist(), lengths[s].tolist(), correct[s].tolist()))
+            rollouts = []
+            for j in range(r.n):
+                i = b * G + j
+                keep = out["completion_mask"][i].bool()
+                toks = out["completion_ids"][i][keep].cpu()
+                action = watched.actions.get(i) if watched is not None else None
+                finish = action or ("eos" if len(toks) and int(toks[-1]) in eos else "length")
+                ro = Rollout(r.prompt.id, out["prompt_ids"][i][out["prompt_mask"][i].bool()].tolist(), toks,
+                             logps[i][keep].float().cpu() if logps is not None else torch.zeros(len(toks)),
+                             "", finish, version, r.purpose, reward=float(total[i]), correct=bool(correct[i]),
+                             status="pruned" if action == "pruned" else "done", temperature=float(self.temperature),
+                             meta=dict(watched.marks.get(i, {})) if watched is not None else {})
+                self._rollwise_where[id(ro)] = (k, i)
+                rollouts.append(ro)
+            groups.append(Group(r.prompt, rollouts))
         return out, groups
+
+    def _rollwise_logps(self, out: dict, rows=None) -> torch.Tensor:
+        """Per-token log-probs of the current model over `out`'s rows (TRL's own scoring pass, no grad)."""
+        prompt_completion = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
+        attention = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
+        with torch.no_grad():
+            logps, _, _ = self._get_per_token_logps_and_entropies(
+                self.model, prompt_completion, attention, out["completion_ids"].size(1),
+                batch_size=self.args.per_device_train_batch_size)
+        return logps
 
     def _generate_single_turn(self, prompt_ids, *args, **kwargs):
         # The round's padding rows are not generated; the mask is consumed by the first call of a round
-        # (tool-calling turns after it generate as usual).
+        # (tool-calling turns after it generate as usual). A watcher rides on TRL's own model.generate call.
         live, self._rollwise_live = self._rollwise_live, None
-        if live is None:
+        watch = self._rollwise_watch
+        if live is None and watch is None:
             return super()._generate_single_turn(prompt_ids, *args, **kwargs)
+        live = live or [True] * len(prompt_ids)
         if len(live) != len(prompt_ids):
             raise RuntimeError(f"TRL generated {len(prompt_ids)} rows for a round of {len(live)}: the integration "
                                "does not match the installed TRL")
@@ -253,7 +339,10 @@ class RollwiseGRPOTrainer(GRPOTrainer):
         if images is not None or fields:
             raise ValueError("per-prompt group sizes (padding) are not supported with multimodal prompts")
         keep = [ids for ids, x in zip(prompt_ids, live) if x]
-        completion_ids, logprobs = super()._generate_single_turn(keep, *args, **kwargs)
+        if watch is None:
+            completion_ids, logprobs = super()._generate_single_turn(keep, *args, **kwargs)
+        else:
+            completion_ids, logprobs = self._rollwise_watched(watch, keep, *args, **kwargs)
         eos = self.eos_token_ids[0]
         it = iter(range(len(keep)))
         out_ids, out_lp = [], []
@@ -264,10 +353,31 @@ class RollwiseGRPOTrainer(GRPOTrainer):
                 out_lp.append(logprobs[j] if x else [0.0])
         return out_ids, (out_lp if logprobs is not None else None)
 
+    def _rollwise_watched(self, watch: "_Watch", prompt_ids, *args, **kwargs):
+        """TRL's transformers generation with the watcher as a per-row stopping criterion of its
+        model.generate call (bound on the model for this call only); rows the watcher ended keep exactly
+        the tokens they had when it decided, and pruned rows become padding (no reward, no loss)."""
+        from transformers import StoppingCriteriaList
+
+        model = self.accelerator.unwrap_model(self.model)
+        model.generate = functools.partial(model.generate, stopping_criteria=StoppingCriteriaList([watch]))
+        try:
+            completion_ids, logprobs = super()._generate_single_turn(prompt_ids, *args, **kwargs)
+        finally:
+            model.__dict__.pop("generate", None)
+        for r, cut in watch.cut.items():
+            completion_ids[r] = list(completion_ids[r][:cut])
+            if logprobs is not None:
+                logprobs[r] = list(logprobs[r][:cut])
+        for row, action in watch.actions.items():  # keyed by the round's row (padding rows included)
+            if action == "pruned":
+                self._rollwise_pad[row] = True
+        return completion_ids, logprobs
+
     def _calculate_rewards(self, *args, **kwargs):
         rewards_per_func = super()._calculate_rewards(*args, **kwargs)
         if self._rollwise_pad is not None:  # inside a planner round
-            rewards_per_func[self._rollwise_pad.to(rewards_per_func.device)] = math.nan  # padding: no reward
+            rewards_per_func[self._rollwise_pad.to(rewards_per_func.device)] = math.nan  # padding, pruned: no reward
             self._rollwise_rewards = rewards_per_func.detach().float().cpu().clone()
         return rewards_per_func
 
@@ -287,59 +397,201 @@ class RollwiseGRPOTrainer(GRPOTrainer):
                 self.rollwise.load_state_dict(pickle.load(f))
 
     # ---- the batch TRL trains on -----------------------------------------------------------
-    def _rollwise_batch(self, rounds, result: StepResult) -> dict:
-        """B blocks of G rows from the rounds' outputs: the trained groups first, then blocks that do not
-        train (rejected groups, or copies when fewer than B blocks were generated), loss-masked."""
+    def _rollwise_batch(self, outs: list[dict], result: StepResult) -> dict:
+        """The trained groups' rows, whole (every stage of a prompt merged, reused responses included),
+        then rows that do not train up to TRL's batch shape (at least B x G rows, a multiple of
+        steps_per_generation). Advantages are recomputed over each whole group with TRL's formula;
+        in-flight importance weights (DUET's 1/q) and the reuse correction multiply them."""
         G, B = self.num_generations, self.rollwise.batch_size
-        where = {id(g): (k, b, r.n) for k, (_, reqs, groups) in enumerate(rounds)
-                 for b, (r, g) in enumerate(zip(reqs, groups))}
-        if any(id(g) not in where for g in result.trained):
-            raise RuntimeError(f"planner {self.rollwise.name!r} trains groups that were not generated in this step; "
-                               "TRL can only train on rows it generated now")
-        if len(result.trained) > B:
-            raise RuntimeError(f"planner {self.rollwise.name!r} trained {len(result.trained)} groups; TRL's batch holds {B}")
-        blocks = [(*where[id(g)], True) for g in result.trained]
-        trained_ids = {id(g) for g in result.trained}
-        spare = [where[id(g)] for _, _, groups in rounds for g in groups if id(g) not in trained_ids]
-        source = spare or [blk[:3] for blk in blocks]
-        for i in range(B - len(blocks)):  # fill to TRL's fixed batch shape with rows that do not train
-            blocks.append((*source[i % len(source)], False))
-        outs = [out for out, _, _ in rounds]
         for out in outs:
             unknown = set(out) - _LEFT_PADDED - _RIGHT_PADDED - _PER_ROW - {"num_items_in_batch"}
             if unknown:
                 raise ValueError(f"TRL's batch has fields {sorted(unknown)} that the rollwise integration cannot "
                                  "merge (multimodal inputs are not supported)")
-        rows = [(k, b * G + j) for k, b, _, _ in blocks for j in range(G)]
-        trains = torch.tensor([t and j < n for _, _, n, t in blocks for j in range(G)])
+        trained = [(self._rollwise_where.get(id(r)), r) for g in result.trained for r in g.rollouts]
+        used = {src for src, _ in trained if src is not None}
+        spare = [(k, i) for k, out in enumerate(outs) for i in range(out["completion_ids"].shape[0]) if (k, i) not in used]
+        spg = self.args.steps_per_generation
+        size = -(-max(B * G, len(trained)) // spg) * spg
+        fill = spare or sorted(used)
+        entries = [src if src is not None else r for src, r in trained]
+        entries += [fill[i % len(fill)] for i in range(size - len(trained))]
+        reused = [e for e in entries if not isinstance(e, tuple)]
+        if reused and any(k in outs[0] for k in ("sampling_per_token_logps", "importance_sampling_ratio")):
+            raise RuntimeError("a reused response has no vLLM sampling log-probs; reuse needs TRL's transformers "
+                               "generation")
+        dev = outs[0]["completion_ids"].device
         merged = {}
         for key in outs[0]:
-            if key == "num_items_in_batch":
+            if key in ("num_items_in_batch", "advantages"):
                 continue
-            parts = [outs[k][key][i] for k, i in rows]
-            if key in _PER_ROW:
-                merged[key] = torch.stack(parts)
-            else:
-                width = max(p.shape[-1] for p in parts)
-                fill = self._tokenizer.pad_token_id if key in ("prompt_ids", "completion_ids") else (
-                    1 if key == "tool_mask" else 0)
-                side = "left" if key in _LEFT_PADDED else "right"
-                merged[key] = torch.stack([_pad_to(p, width, fill, side) for p in parts])
-        keep = trains.to(merged["completion_mask"].device)
-        merged["completion_mask"] = merged["completion_mask"] * keep.unsqueeze(1).to(merged["completion_mask"].dtype)
-        merged["advantages"] = merged["advantages"] * keep.to(merged["advantages"].dtype).view(
-            -1, *([1] * (merged["advantages"].dim() - 1)))
+            parts = [outs[e[0]][key][e[1]] if isinstance(e, tuple) else _reused_part(e, key, dev) for e in entries]
+            width = max(p.shape[-1] for p in parts)
+            fill_value = self._tokenizer.pad_token_id if key in ("prompt_ids", "completion_ids") else (
+                1 if key == "tool_mask" else 0)
+            side = "left" if key in _LEFT_PADDED else "right"
+            merged[key] = torch.stack([_pad_to(p, width, fill_value, side) for p in parts])
+        at = [i for i, e in enumerate(entries) if not isinstance(e, tuple)]
+        current = None
+        if at and ("old_per_token_logps" in merged or "ref_per_token_logps" in merged or self._correction_name != "none"):
+            rows = {k: merged[k][at] for k in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")}
+            current = self._rollwise_logps(rows)  # the current policy on the reused rows
+            if "old_per_token_logps" in merged:
+                merged["old_per_token_logps"][at] = current.to(merged["old_per_token_logps"].dtype)
+            if "ref_per_token_logps" in merged:
+                if self.ref_model is None:
+                    raise RuntimeError("reused responses need reference log-probs, and this trainer has no ref_model "
+                                       "(a PEFT reference): set beta=0 or give ref_model")
+                prompt_completion = torch.cat([rows["prompt_ids"], rows["completion_ids"]], dim=1)
+                with torch.no_grad():
+                    ref, _, _ = self._get_per_token_logps_and_entropies(
+                        self.ref_model, prompt_completion, torch.cat([rows["prompt_mask"], rows["completion_mask"]], 1),
+                        rows["completion_ids"].size(1))
+                merged["ref_per_token_logps"][at] = ref.to(merged["ref_per_token_logps"].dtype)
+        # the loss mask: trained rows only
+        n = len(trained)
+        trains = torch.tensor([i < n for i in range(size)], device=dev)
+        merged["completion_mask"] = merged["completion_mask"] * trains.unsqueeze(1).to(merged["completion_mask"].dtype)
+        # advantages over each whole group, TRL's normalisation; row weights and the reuse correction
+        adv = torch.zeros(size, device=dev)
+        flat = trl_advantages([[r.reward for r in g.rollouts] for g in result.trained], self.scale_rewards)
+        adv[:n] = flat.to(dev)
+        adv[:n] *= torch.tensor([float(r.meta.get("is_weight", 1.0)) for _, r in trained], device=dev)
+        if at and self._correction_name != "none":
+            mask = merged["completion_mask"][at].float()
+            mu = torch.stack([_pad_to(merged_mu, mask.shape[1], 0.0, "right") for merged_mu in
+                              [entries[i].logprobs_T.to(dev).float() for i in at]])
+            from ..learn.corrections import CorrectionInput
+
+            w, keep = self._correction(CorrectionInput(current.float(), current.float(), mu, mask), **self._correction_options)
+            factor = torch.ones_like(merged["completion_mask"], dtype=torch.float32)
+            factor[at] = (w * keep).float()
+            adv = adv.unsqueeze(1) * factor  # TRL's loss takes (B, T) advantages as they are
+        merged["advantages"] = adv
         loss_mask = merged["completion_mask"] if "tool_mask" not in merged else merged["completion_mask"] * merged["tool_mask"]
         merged["num_items_in_batch"] = loss_mask.sum()
+        ages = [int(self.state.global_step) - r.policy_version for _, r in trained if _ is None]
+        if ages:
+            result.metrics["reused_age"] = float(np.mean(ages))
         return merged
 
     def _rollwise_report(self, result: StepResult) -> None:
         m = result.metrics
         for key in ("rounds", "tokens", "samples", "trained_groups", "filtered_groups", "zero_variance_trained",
-                    "capped_requests", "skipped"):
+                    "capped_requests", "skipped", "generated_tokens", "pruned_samples", "pruned_tokens",
+                    "reused_samples", "reused_age", "measurement_tokens"):
             if key in m:
                 self._metrics["train"][f"rollwise/{key}"].append(float(m[key]))
         self.rollwise_log.append({"step": result.step, "global_step": int(self.state.global_step), **m})
+
+
+def trl_advantages(rewards: list[list[float]], scale_rewards: str = "group") -> torch.Tensor:
+    """Advantages of whole groups (any sizes), flattened in order, by TRL's sum_then_normalize formula:
+    r - group mean, divided by (std + 1e-4) with TRL's own `nanstd` (Bessel-corrected), the group's std
+    for scale_rewards="group", the batch's for "batch", no division for "none"; NaN (a group of one) -> 0.
+    tests/test_integrations_trl_stages.py checks it against the advantages TRL's own code computes."""
+    if scale_rewards not in ("group", "batch", "none"):
+        raise ValueError(f"scale_rewards must be 'group', 'batch' or 'none', not {scale_rewards!r}")
+    parts = [torch.tensor(rs, dtype=torch.float32) for rs in rewards]
+    if not parts:
+        return torch.zeros(0)
+    everything = torch.cat(parts)
+    batch_std = nanstd(everything) if everything.numel() > 1 else torch.tensor(0.0)
+    out = []
+    for x in parts:
+        a = x - torch.nanmean(x)
+        if scale_rewards != "none":
+            std = batch_std if scale_rewards == "batch" else nanstd(x)
+            a = a / (std + 1e-4)
+        out.append(torch.nan_to_num(a, nan=0.0))
+    return torch.cat(out)
+
+
+def generation_mode(trainer) -> str:
+    """Which of TRL's generation paths the trainer uses: what decides which components it can serve."""
+    if trainer.use_vllm:
+        return f"vLLM {getattr(trainer.args, 'vllm_mode', '')} mode".replace("  ", " ")
+    if trainer.rollout_func is not None:
+        return "rollout_func"
+    if trainer.use_transformers_continuous_batching:
+        return "transformers continuous batching"
+    mode = "transformers generation"
+    if trainer.tools:  # multi-turn: in-flight control is refused
+        mode += " with tools"
+    if trainer.args.mask_truncated_completions:  # a row stopped after its answer has no EOS: TRL would mask it
+        mode += " with mask_truncated_completions"
+    return mode
+
+
+class _TokenizerView:
+    """What planners see as ctx.policy inside TRL: the trainer's tokenizer, for text options (DUET's marker)."""
+
+    def __init__(self, tokenizer):
+        self._tok = tokenizer
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._tok(text, add_special_tokens=False)["input_ids"])
+
+
+class _Watch(StoppingCriteria):
+    """A round's in-flight watcher as a per-row stopping criterion of transformers' generate, which calls it
+    after every decode step. It shows the watcher {request index: [each sample's tokens so far, or None once
+    it ended]} for requests with a sample still running, as the StepDriver does, and ends the rows it stops
+    or prunes. `slots[r]` is generated row r's (request index, sample); `rows[r]` its row in TRL's round."""
+
+    def __init__(self, watch, slots, sizes, rows, eos_ids, max_new: int):
+        self.watch, self.slots, self.sizes, self.rows, self.max_new = watch, slots, sizes, rows, int(max_new)
+        self.index = {s: r for r, s in enumerate(slots)}
+        self.eos = torch.tensor(list(eos_ids))
+        self.ended = torch.zeros(len(slots), dtype=torch.bool)
+        self.cut: dict[int, int] = {}  # generated row -> tokens it keeps (the watcher ended it)
+        self.actions: dict[int, str] = {}  # TRL row -> "stop" / "pruned"
+        self.marks: dict[int, dict] = {}  # TRL row -> Rollout.meta entries (is_weight, ...)
+        self.prompt_len: int | None = None
+        self.calls = 0
+
+    def __call__(self, input_ids, scores, **kwargs):
+        self.calls += 1
+        if self.prompt_len is None:  # first call: one token generated past the (left-padded) prompts
+            self.prompt_len = input_ids.shape[1] - 1
+        comp = input_ids[:, self.prompt_len:].cpu()
+        k = comp.shape[1]
+        self.ended |= torch.isin(comp[:, -1], self.eos)  # ended on its own (rows after EOS stay ended)
+        running: dict[int, list] = {}
+        for r, (b, j) in enumerate(self.slots):
+            if not self.ended[r] and k < self.max_new:
+                running.setdefault(b, [None] * self.sizes[b])[j] = comp[r].clone()
+        for d in (self.watch(running) if running else []):
+            if d.action not in ("keep", "stop", "pruned"):
+                raise ValueError(f"in-flight decision: action must be 'keep', 'stop' or 'pruned', not {d.action!r}")
+            r = self.index[(d.index, d.sample)]
+            if d.weight is not None or d.meta:
+                m = self.marks.setdefault(self.rows[r], {})
+                m.update(d.meta or {})
+                if d.weight is not None:
+                    m["is_weight"] = float(d.weight)
+            if d.action != "keep" and not self.ended[r]:
+                self.ended[r] = True
+                self.cut[r] = k
+                self.actions[self.rows[r]] = d.action
+        return self.ended.clone().to(input_ids.device)
+
+
+def _reused_part(r: Rollout, key: str, device) -> torch.Tensor:
+    """A response reused from an earlier step as one row of TRL's batch (log-prob fields are filled in later)."""
+    p = torch.tensor(list(r.prompt_ids), dtype=torch.long, device=device)
+    c = r.token_ids_T.to(device=device, dtype=torch.long)
+    if key == "prompt_ids":
+        return p
+    if key == "prompt_mask":
+        return torch.ones_like(p)
+    if key == "completion_ids":
+        return c
+    if key in ("completion_mask", "tool_mask"):
+        return torch.ones_like(c)
+    if key in ("old_per_token_logps", "ref_per_token_logps"):
+        return torch.zeros(len(c), device=device)
+    raise ValueError(f"a reused response cannot fill TRL's batch field {key!r}")
 
 
 def _pad_to(t: torch.Tensor, width: int, fill, side: str) -> torch.Tensor:
