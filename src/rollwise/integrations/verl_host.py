@@ -55,7 +55,10 @@ class VerlHost(PlannerHost):
         self.planner: Planner = build_planner(spec, len(pool), self.rng, options)
         refuse_what_verl_cannot_serve(self.planner, host, inflight)
         self.history = PromptHistory(len(pool))
-        self.prompt_stats = None
+        # what PlannerHost's start/send/finish read: verl serves the planner's own samples, no policy view,
+        # and hands a round's watcher to the agent loop inside the Wave that _advance returns
+        self.sampling, self.inflight = True, bool(inflight)
+        self.prompt_stats = self.policy = self.watch = None
         self.step_count = 0
         self._plan = None
         self._ctx: StepContext | None = None
