@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -47,12 +48,19 @@ def _train_parser(sub):
 
 def _help(key: str) -> str:
     """A flag's help: the help of the config field it sets."""
+    return _field_helps()[key]
+
+
+@functools.lru_cache(maxsize=1)
+def _field_helps() -> dict[str, str]:
+    """{config key: help}, read once (the parser is built on every call of main)."""
     from .core.settings import settings
     from .run.config import Config
 
-    return next(s.help for s in settings(Config) if s.key == key)
+    return {s.key: s.help for s in settings(Config)}
 
 
+@functools.lru_cache(maxsize=1)
 def settings_help() -> str:
     """Every config field, as `--set` takes it, with its type, default and help (from the dataclasses)."""
     import textwrap
