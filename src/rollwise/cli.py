@@ -119,6 +119,7 @@ def cmd_eval(args) -> int:
     from .run.config import load_config
     from .run.evaluate import check_finite_weights, evaluate
     from .run.build import load_policy, reward_scorer
+    from .run.progress import Heartbeat
 
     for name, least in (("size", 0), ("k", 0), ("samples", 0)):
         if getattr(args, name) < least:
@@ -139,8 +140,9 @@ def cmd_eval(args) -> int:
     heldout = task.heldout()[: args.size or None]
     scorer = reward_scorer(cfg, task)  # the run's --reward (e.g. math), as in training
     try:
-        out = evaluate(policy, heldout, scorer, None, cfg.max_new_tokens, args.k, args.samples, cfg.temperature,
-                       seed=cfg.seed)
+        with Heartbeat("eval", lambda: f"evaluating {len(heldout)} held-out prompts"):
+            out = evaluate(policy, heldout, scorer, None, cfg.max_new_tokens, args.k, args.samples, cfg.temperature,
+                           seed=cfg.seed)
     finally:
         scorer.close()
     if scorer.errors:  # failed calls score 0: an accuracy made of them is not the model's
