@@ -11,7 +11,8 @@ so the step driver runs unchanged over one engine or many.
 A worker that dies (its process killed, out of memory) is replaced by a fresh actor with the current
 weights, and the requests it held are submitted again: their partial tokens never came back, so they
 were never charged, and every prompt is still answered. `ray.init` is called with a small logical CPU
-count when no cluster is running (Ray resources are logical: placement is tested on 2 cores).
+count when no cluster is running (Ray resources are logical: placement is tested on 2 cores); that cluster's
+processes end with this process, even when it is SIGKILLed (_ray_reaper.py).
 """
 from __future__ import annotations
 
@@ -27,6 +28,21 @@ def _ray():
     except ImportError as e:  # an optional part: `pip install rollwise[ray]` / scripts/setup.sh
         raise ValueError("asynchronous mode needs Ray: pip install 'ray==2.60.0' (the README's set-up has it)") from e
     return ray
+
+
+def start_reaper() -> None:
+    """Start _ray_reaper.py, which ends the Ray cluster this process starts when this process ends, even by
+    SIGKILL (Ray's agent processes outlived a killed trainer). Linux only (it reads /proc); its own session,
+    so a Ctrl-C to the terminal's process group reaches the trainer, whose Ray shuts down, before it."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if not sys.platform.startswith("linux"):
+        return
+    subprocess.Popen([sys.executable, str(Path(__file__).with_name("_ray_reaper.py")), str(os.getpid())],
+                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                     start_new_session=True)
 
 
 class EngineWorker:
@@ -81,7 +97,8 @@ class RayEnginePool:
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         ray = _ray()
-        if not ray.is_initialized():
+        if not ray.is_initialized():  # a cluster of this process's own: its processes end with it
+            start_reaper()
             ray.init(num_cpus=num_cpus or max(workers + 1, 2), include_dashboard=False, log_to_driver=False,
                      configure_logging=False)
         self.model_dir, self.engine_name = str(model_dir), engine
