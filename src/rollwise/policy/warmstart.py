@@ -239,8 +239,9 @@ def group_by_length(examples: list, batch_size: int, rng: np.random.Generator, w
 
 
 # Rows the report decodes at once. The engine's default (1024) held a KV cache of ~400 MB for the tiny
-# model at a 96-token context, the largest part of a file task's warm-start peak (docs/tasks.md, "Cost"); 256
-# rows decode as fast on a CPU. Greedy answers do not depend on it; the pass-rate sample's draws do.
+# model at a 96-token context, the largest part of a file task's warm-start peak (docs/robustness.md, "What a
+# warm start and a run cost"); 256 rows decode as fast on a CPU. Greedy answers do not depend on it; the
+# pass-rate sample's draws do.
 REPORT_ROWS = 256
 
 
