@@ -329,3 +329,93 @@ def test_missing_math_verify_names_the_extra(tmp_path):
     with pytest.raises(ValueError, match=r"--reward math needs the math-verify package \(pip install "
                                          r"'rollwise\[math\]'\)"):
         Scorer("_math_reward:auto", trusted=False, path=[str(tmp_path), str(Path(reward_mod.__file__).parent)])
+
+
+# ---- a run that does not learn says so; progress lines when stdout is not a terminal (issue 30, new user) ----
+
+def _rows(entropies, evals):
+    """Metrics rows: one per step with its entropy (None: no update), evaluations {step: (acc, se)}."""
+    rows = [{"step": 0, "eval_acc": evals[0][0], "eval_se": evals[0][1]}]
+    for step, ent in enumerate(entropies, 1):
+        row = {"step": step, "updated": 1, "entropy": ent} if ent is not None else \
+            {"step": step, "updated": 0, "batch_rollouts": 16}
+        if step in evals:
+            row.update(eval_acc=evals[step][0], eval_se=evals[step][1])
+        rows.append(row)
+    return rows
+
+
+@pytest.mark.parametrize("entropies,acc,warns", [
+    ([0.69, 0.68, 0.70, 0.40, 0.20, 0.15], 0.600, True),  # 0.69 -> 0.25 mean of the last 3, accuracy within 1 se
+    ([0.69, 0.68, 0.70, 0.40, 0.20, 0.15], 0.640, False),  # accuracy moved by 3 standard errors
+    ([0.69, 0.68, 0.70, 0.60, 0.55, 0.50], 0.600, False),  # entropy 0.69 -> 0.55: not collapsed
+])
+def test_flat_accuracy_while_entropy_collapses_warns_once_and_at_the_end(entropies, acc, warns):
+    from rollwise.run.stall import StallWatch
+
+    w = StallWatch()
+    lines = [line for row in _rows(entropies, {0: (0.597, 0.016), 6: (acc, 0.016)}) for line in w.see(row)]
+    assert len(lines) == warns and len(w.summary()) == warns
+    if warns:
+        assert lines[0].startswith("warning: step 6: held-out accuracy has not moved (0.597 at step 0 -> 0.600 at "
+                                   "step 6, within one standard error 0.016) while the policy's entropy collapsed "
+                                   "(0.69 -> 0.25)") and "try a lower learner.lr" in lines[0]
+
+
+def test_steps_without_an_update_are_counted_as_they_happen_and_at_the_end():
+    from rollwise.run.stall import StallWatch
+
+    w = StallWatch()
+    ents = [0.5, None, 0.5] + [None] * 9 + [0.5]  # steps 2 and 4-12 make no update: 10 of 13
+    lines = [line for row in _rows(ents, {0: (0.5, 0.05)}) for line in w.see(row)]
+    assert lines == ["warning: step 2: no update (every advantage was 0: each group's rollouts scored alike); "
+                     "1 of 2 steps so far made none",
+                     "warning: step 12: no update (every advantage was 0: each group's rollouts scored alike); "
+                     "10 of 12 steps so far made none"]
+    assert w.summary()[0].startswith("warning: 10 of 13 steps made no update (first: step 2); try a larger n")
+    skipped = StallWatch()  # a step undone for a non-finite loss has its own warning: not counted here
+    assert skipped.see({"step": 1, "updated": 0, "skipped": 1}) == [] and skipped.summary() == []
+
+
+def test_a_run_without_updates_says_so_as_it_happens_and_at_the_end(tmp_path, small_policy):
+    from rollwise.run.loop import Trainer
+
+    said = []
+    Trainer(cfg_for(tmp_path / "run", steps=3, temperature=0.0), log=said.append).run()  # greedy: groups alike
+    assert "warning: step 1: no update (every advantage was 0: each group's rollouts scored alike); 1 of 1 steps " \
+           "so far made none" in said
+    assert said[-1].startswith("warning: 3 of 3 steps made no update (first: step 1); try")
+
+
+def test_train_and_eval_print_progress_lines_when_stdout_is_not_a_terminal(tmp_path, small_policy, capsys,
+                                                                           monkeypatch):
+    import io
+    import time
+
+    from rollwise.run import evaluate as evaluate_mod
+    from rollwise.run.loop import Trainer
+    from rollwise.run.progress import Heartbeat
+
+    monkeypatch.setenv("ROLLWISE_PROGRESS_EVERY", "0.05")
+    real = evaluate_mod.evaluate
+    monkeypatch.setattr(evaluate_mod, "evaluate", lambda *a, **kw: (time.sleep(0.3), real(*a, **kw))[1])
+    code, err = cli(capsys, "eval", "--model", small_policy[0], "--size", "4")
+    beats = [line for line in cli.out.splitlines() if line.startswith("eval: ")]
+    assert code == 0 and len(beats) >= 2 and beats[0].startswith("eval: evaluating 4 held-out prompts (")
+
+    monkeypatch.setattr(Trainer, "_evaluate", lambda self: (time.sleep(0.3), {"eval_acc": 0.5, "eval_se": 0.1})[1])
+    Trainer(cfg_for(tmp_path / "run", steps=1, eval_every=1), log=lambda m: None).run()
+    beats = [line for line in capsys.readouterr().out.splitlines() if line.startswith("train: ")]
+    assert len(beats) >= 2 and beats[0].startswith("train: step 0/1, 0 generated tokens (")
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    tty = Terminal()
+    with Heartbeat("train", lambda: "x", stream=tty, every=0.01):
+        time.sleep(0.1)
+    assert tty.getvalue() == ""  # a terminal has tqdm's bar instead
+    monkeypatch.setenv("ROLLWISE_PROGRESS_EVERY", "soon")
+    code, err = cli(capsys, "train", "--out", tmp_path / "bad", "--steps", "1")
+    assert code == 2 and "ROLLWISE_PROGRESS_EVERY must be a number of seconds, got 'soon'" in err

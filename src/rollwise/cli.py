@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -47,12 +48,19 @@ def _train_parser(sub):
 
 def _help(key: str) -> str:
     """A flag's help: the help of the config field it sets."""
+    return _field_helps()[key]
+
+
+@functools.lru_cache(maxsize=1)
+def _field_helps() -> dict[str, str]:
+    """{config key: help}, read once (the parser is built on every call of main)."""
     from .core.settings import settings
     from .run.config import Config
 
-    return next(s.help for s in settings(Config) if s.key == key)
+    return {s.key: s.help for s in settings(Config)}
 
 
+@functools.lru_cache(maxsize=1)
 def settings_help() -> str:
     """Every config field, as `--set` takes it, with its type, default and help (from the dataclasses)."""
     import textwrap
@@ -111,6 +119,7 @@ def cmd_eval(args) -> int:
     from .run.config import load_config
     from .run.evaluate import check_finite_weights, evaluate
     from .run.build import load_policy, reward_scorer
+    from .run.progress import Heartbeat
 
     for name, least in (("size", 0), ("k", 0), ("samples", 0)):
         if getattr(args, name) < least:
@@ -131,8 +140,9 @@ def cmd_eval(args) -> int:
     heldout = task.heldout()[: args.size or None]
     scorer = reward_scorer(cfg, task)  # the run's --reward (e.g. math), as in training
     try:
-        out = evaluate(policy, heldout, scorer, None, cfg.max_new_tokens, args.k, args.samples, cfg.temperature,
-                       seed=cfg.seed)
+        with Heartbeat("eval", lambda: f"evaluating {len(heldout)} held-out prompts"):
+            out = evaluate(policy, heldout, scorer, None, cfg.max_new_tokens, args.k, args.samples, cfg.temperature,
+                           seed=cfg.seed)
     finally:
         scorer.close()
     if scorer.errors:  # failed calls score 0: an accuracy made of them is not the model's

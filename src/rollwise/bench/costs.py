@@ -69,8 +69,8 @@ def yaml_mapping(text: str, where: str, expected: str, error: type[ValueError] =
     """A YAML document that must be a mapping (yaml.safe_load: no code runs); else a one-line `error`."""
     import yaml
 
-    try:
-        doc = yaml.safe_load(text)
+    try:  # libyaml's safe loader where present: the same documents, ~20x faster (every run reads a profile)
+        doc = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as e:
         raise error(f"{where}: not valid YAML ({' '.join(str(e).split())})") from None
     if not isinstance(doc, dict):

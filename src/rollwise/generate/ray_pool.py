@@ -11,7 +11,8 @@ so the step driver runs unchanged over one engine or many.
 A worker that dies (its process killed, out of memory) is replaced by a fresh actor with the current
 weights, and the requests it held are submitted again: their partial tokens never came back, so they
 were never charged, and every prompt is still answered. `ray.init` is called with a small logical CPU
-count when no cluster is running (Ray resources are logical: placement is tested on 2 cores).
+count when no cluster is running (Ray resources are logical: placement is tested on 2 cores); that cluster's
+processes end with this process, even when it is SIGKILLed (_ray_reaper.py).
 """
 from __future__ import annotations
 
@@ -27,6 +28,21 @@ def _ray():
     except ImportError as e:  # an optional part: `pip install rollwise[ray]` / scripts/setup.sh
         raise ValueError("asynchronous mode needs Ray: pip install 'ray==2.60.0' (the README's set-up has it)") from e
     return ray
+
+
+def start_reaper() -> None:
+    """Start _ray_reaper.py, which ends the Ray cluster this process starts when this process ends, even by
+    SIGKILL (Ray's agent processes outlived a killed trainer). Linux only (it reads /proc); its own session,
+    so a Ctrl-C to the terminal's process group reaches the trainer, whose Ray shuts down, before it."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if not sys.platform.startswith("linux"):
+        return
+    subprocess.Popen([sys.executable, str(Path(__file__).with_name("_ray_reaper.py")), str(os.getpid())],
+                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                     start_new_session=True)
 
 
 class EngineWorker:
@@ -81,7 +97,8 @@ class RayEnginePool:
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         ray = _ray()
-        if not ray.is_initialized():
+        if not ray.is_initialized():  # a cluster of this process's own: its processes end with it
+            start_reaper()
             ray.init(num_cpus=num_cpus or max(workers + 1, 2), include_dashboard=False, log_to_driver=False,
                      configure_logging=False)
         self.model_dir, self.engine_name = str(model_dir), engine
@@ -99,8 +116,18 @@ class RayEnginePool:
         return actor.remote(self.model_dir, self.engine_name, kw)
 
     def wait_ready(self) -> None:
-        """Block until every worker has built its engine (the actors start in the background)."""
-        _ray().get([w.pid.remote() for w in self.workers])
+        """Block until every worker has built its engine (the actors start in the background); one that dies
+        meanwhile is replaced."""
+        ray = _ray()
+        for i in range(len(self.workers)):
+            for attempt in range(self.REPLACE_ATTEMPTS + 1):
+                try:
+                    ray.get(self.workers[i].pid.remote())
+                    break
+                except (ray.exceptions.RayActorError, ray.exceptions.ActorDiedError):
+                    if attempt == self.REPLACE_ATTEMPTS:
+                        raise ValueError(self._keeps_dying(i)) from None
+                    self._replace(i)
 
     # ---- the Engine protocol ---------------------------------------------------------------
     @property
@@ -180,16 +207,32 @@ class RayEnginePool:
                 out[i] = ray.get(f)
             except (ray.exceptions.RayActorError, ray.exceptions.ActorDiedError):
                 self._replace(i)
-                out[i] = [] if method != "prompt_stats" else ray.get(getattr(self.workers[i], method).remote(*args(i)))
+                # poll, abort: the dead worker's events never came (its requests were resubmitted); any other
+                # call (the weights, the engine state, prompt statistics) is made again on its replacement
+                out[i] = [] if method in ("poll", "abort") else ray.get(getattr(self.workers[i], method).remote(*args(i)))
         return out
 
+    REPLACE_ATTEMPTS = 5  # a worker that dies this many times in a row while being replaced stops the run
+
     def _replace(self, i: int) -> None:
-        self.restarts += 1
-        self.workers[i] = self._start(i)
-        if self._weights_ref is not None:
-            _ray().get(self.workers[i].update_weights.remote(self.version, self._weights_ref))
+        ray = _ray()
+        for _ in range(self.REPLACE_ATTEMPTS):
+            self.restarts += 1
+            self.workers[i] = self._start(i)
+            try:  # the new worker can die too before it has the weights (the chaos test kills at random)
+                if self._weights_ref is not None:
+                    ray.get(self.workers[i].update_weights.remote(self.version, self._weights_ref))
+                break
+            except (ray.exceptions.RayActorError, ray.exceptions.ActorDiedError):
+                continue
+        else:
+            raise ValueError(self._keeps_dying(i))
         if self.outstanding[i]:  # requeued: nothing of theirs came back, so nothing was charged
             self.workers[i].submit.remote(list(self.outstanding[i]))
+
+    def _keeps_dying(self, i: int) -> str:
+        return (f"rollout worker {i} died {self.REPLACE_ATTEMPTS} times in a row as it started; check the machine's "
+                "memory and the worker logs under /tmp/ray/session_latest/logs")
 
     def _done(self, i: int, request_id: int) -> None:
         self.outstanding[i] = [r for r in self.outstanding[i] if r.id != request_id]

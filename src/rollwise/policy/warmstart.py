@@ -238,7 +238,17 @@ def group_by_length(examples: list, batch_size: int, rng: np.random.Generator, w
     return out
 
 
+# Rows the report decodes at once. The engine's default (1024) held a KV cache of ~400 MB for the tiny
+# model at a 96-token context, the largest part of a file task's warm-start peak (docs/robustness.md, "What a
+# warm start and a run cost"); 256 rows decode as fast on a CPU. Greedy answers do not depend on it; the
+# pass-rate sample's draws do.
+REPORT_ROWS = 256
+
+
 def base_report(policy: Policy, task, max_new_tokens: int = 16) -> dict:
+    from ..core.types import Request
+    from ..generate.engine import run_sync
+    from ..generate.torch_engine import TorchEngine
     from ..run.evaluate import evaluate
 
     max_new_tokens = getattr(task, "max_new_tokens", max_new_tokens)
@@ -246,19 +256,15 @@ def base_report(policy: Policy, task, max_new_tokens: int = 16) -> dict:
         max_new_tokens = max(len(policy.encode(r)) for r in
                              [resp for _, resp, _ in task.sft_rows()] + [p.answer for p in task.heldout()]) + 8
     scorer = Scorer(task.verify)
-    out = evaluate(policy, task.heldout(), scorer, max_new_tokens=max_new_tokens)
+    engine = lambda **kw: TorchEngine(policy, max_rows=REPORT_ROWS, **kw)  # noqa: E731
+    out = evaluate(policy, task.heldout(), scorer, max_new_tokens=max_new_tokens, make_engine=engine)
     # Spread of per-prompt pass rates over the train pool (8 samples each): the share of prompts
     # whose GRPO group could be informative is what rollout efficiency works on.
-    from ..core.types import Request
-    from ..generate.engine import run_sync
-    from ..generate.torch_engine import TorchEngine
-
     pool = task.train_pool()
     cap = getattr(task, "report_pool_size", None)  # a large file: the statistics of a seeded sample
     if cap is not None and len(pool) > cap:
         pool = [pool[i] for i in sorted(np.random.default_rng(0).choice(len(pool), cap, replace=False))]
-    res = run_sync(TorchEngine(policy, seed=1, max_new_tokens=max_new_tokens),
-                   [Request(p, 8, id=i) for i, p in enumerate(pool)])
+    res = run_sync(engine(seed=1, max_new_tokens=max_new_tokens), [Request(p, 8, id=i) for i, p in enumerate(pool)])
     rates = np.array([sum(scorer.judge(r.text, p.answer).correct for r in e.group.rollouts) / 8
                       for e, p in zip(res, pool)])
     out["pool_all_correct"] = float((rates == 1).mean())

@@ -103,6 +103,8 @@ def task_defaults(task: str) -> dict:
     """What a task declares for the runs on it: `max_new_tokens` and `warmstart_defaults`."""
     from ..core import registry
 
+    if not isinstance(task, str):  # read before the fields' types are checked
+        raise ValueError(f"task must be a string, got {task!r}")
     obj = registry.get("task", task).obj
     return {"max_new_tokens": getattr(obj, "max_new_tokens", DEFAULT_MAX_NEW_TOKENS),
             "warmstart": dict(getattr(obj, "warmstart_defaults", None) or {})}
@@ -248,8 +250,10 @@ def validate(cfg: Config) -> None:
     if L.recompose != "none":
         rc = registry.get("recompose", L.recompose).obj
         opts = {k: v for k, v in L.recompose_options.items() if k not in ("advantage", "advantage_options")}
-        registry.check_options(rc.__call__ if isinstance(rc, type) else rc, opts, "learner.recompose_options",
-                               skip=4 if isinstance(rc, type) else 3, label=L.recompose)
+        target = rc.__call__ if isinstance(rc, type) else rc
+        registry.check_options(target, opts, "learner.recompose_options", skip=4 if isinstance(rc, type) else 3,
+                               label=L.recompose)
+        check_option_types(target, opts, "learner.recompose_options")
     elif L.recompose_options:
         raise ValueError("learner.recompose_options: set, but learner.recompose is 'none'")
 

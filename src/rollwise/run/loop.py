@@ -49,9 +49,11 @@ from .build import build_trainer_engine, check_prompts, load_policy, reward_scor
 from .checkpoint import CKPT, CKPT_FORMAT, read_checkpoint, to_cpu, to_plain
 from .guard import FiniteGuard
 from .loggers import open_loggers
+from .progress import Heartbeat
 from .records import finite_row, rows_upto, write_atomic, write_rows
 from .rundir import OutLock, read_run_config
 from .staleness import StalenessPolicy
+from .stall import StallWatch
 
 
 class RunStopped(RuntimeError):
@@ -110,6 +112,7 @@ class Trainer:
         self._scorer_seen = (0, 0)  # reward errors and scores at the last metrics row
         self._step_reward_failures = (0, 0)  # the last step's failed and scored rollouts
         self._warned_no_variance = False
+        self.stall = StallWatch()  # steps with no update, flat accuracy while entropy collapses (run/stall.py)
         self.loggers = []  # tensorboard, wandb (run/loggers.py): opened by run()
 
     # ---- one step: the driver runs Control, Generate, Filter, Replay and Learn ----------------
@@ -201,9 +204,10 @@ class Trainer:
 
     # ---- the run ---------------------------------------------------------------------------
     def run(self) -> list[dict]:
+        heartbeat = Heartbeat("train", self.progress)  # a progress line now and then when stdout is not a tty
         self.out.mkdir(parents=True, exist_ok=True)
         try:
-            with OutLock(self.out):
+            with OutLock(self.out), heartbeat:
                 return self._run()
         finally:
             self.scorer.close()  # the reward worker never outlives the run
@@ -222,6 +226,8 @@ class Trainer:
         metrics_file = self.out / "metrics.jsonl"
         rows = rows_upto(metrics_file, upto=self.step) if resumed else []  # drop lines after the checkpoint
         write_rows(metrics_file, rows)
+        for row in rows:  # a resumed run's stall figures count its earlier steps (their warnings were said)
+            self.stall.see(row)
         self.loggers = open_loggers(cfg.loggers, self.out, cfg.to_dict())
         if resumed:
             self.log(f"resuming {self.out} from step {self.step}")
@@ -265,7 +271,15 @@ class Trainer:
         finally:
             bar.close()
             source.close()
+        for line in self.stall.summary():  # the run ended as it should: what it did not learn, said last
+            self.log(line)
         return rows
+
+    def progress(self) -> str:
+        """The status of a progress line (run/progress.py), read from another thread."""
+        ev = self.stall.last_eval
+        acc = f", held-out {ev[1]:.3f} at step {ev[0]}" if ev else ""
+        return f"step {self.step}/{self.cfg.steps}, {self.ledger.budget_tokens():,} generated tokens{acc}"
 
     def too_many_skips(self, row: dict) -> RunStopped:
         return RunStopped(
@@ -321,6 +335,8 @@ class Trainer:
         row = finite_row(row)
         with path.open("a") as f:
             f.write(json.dumps(row, allow_nan=False) + "\n")
+        for line in self.stall.see(row):
+            self.log(line)
         for logger in self.loggers:
             logger.log(row)
         return row

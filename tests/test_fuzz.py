@@ -1,0 +1,369 @@
+"""A fuzzer for bad input (issue 30, "so that it stays so"): Hypothesis draws invalid values for every
+config field and every `*_options` key of every registered component, malformed plan files and malformed
+task rows, and each is given to `rollwise` (its `main`, in this process) as a user would. Each must be
+refused the way docs/robustness.md promises: one line on stderr starting `rollwise: error:`, a non-zero
+exit, no traceback, and nothing written into `--out`.
+
+What counts as invalid is decided here, independently of rollwise's own checks: a value whose type is not
+the field's annotation, a number outside the field's documented range (RANGES, which the error messages
+quote), an unknown option key, NaN for any option, a name no registry holds. The fields and components are
+walked from the config dataclasses and the registry at collection time, so a new field or component is
+fuzzed without editing this file.
+
+Bounded for the core suite: a few examples per field and per option, derandomized (CI reproduces a
+failure exactly), no deadline (a loaded CI core is slow).
+"""
+from __future__ import annotations
+
+import contextlib
+import inspect
+import io
+import json
+import math
+import os
+import tempfile
+import types
+import typing
+from pathlib import Path
+
+import pytest
+import yaml
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+from rollwise.core import registry  # noqa: E402
+from rollwise.core.settings import settings as config_settings  # noqa: E402
+from rollwise.policy.warmstart import WarmStartConfig  # noqa: E402
+from rollwise.run.config import RANGES, Config  # noqa: E402
+
+FUZZ = settings(max_examples=2, deadline=None, derandomize=True, database=None,
+                suppress_health_check=list(HealthCheck))
+
+# A base config that is valid and tiny: should a drawn value slip through every check, the run is one short
+# step (and the test fails on its exit code), never a long one.
+BASE = {"steps": 1, "batch_size": 2, "n": 2, "eval_every": 0, "checkpoint_every": 1, "max_new_tokens": 4}
+
+# Fields where any string is valid (a directory to write to; characters for the tokenizer, which would
+# warm-start a new base): only values of another type are drawn for them.
+FREE_TEXT = {"out", "warmstart.extra_chars"}
+
+
+def run_cli(argv: list[str], cwd: Path) -> tuple[int, str]:
+    """`rollwise ARGV` in this process from `cwd`: (exit code, stderr). An exception out of main (a
+    traceback a user would see) fails the test with the input that caused it."""
+    from rollwise.cli import main
+
+    err, old = io.StringIO(), os.getcwd()
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            try:
+                code = main([str(a) for a in argv])
+            except SystemExit as e:  # argparse
+                code = e.code
+            except BaseException as e:  # noqa: BLE001 - what a user would see as a traceback
+                pytest.fail(f"rollwise {' '.join(map(str, argv))}: raised {type(e).__name__}: {e}")
+    finally:
+        os.chdir(old)
+    return code, err.getvalue()
+
+
+def assert_refused(code, err: str, what) -> None:
+    lines = err.splitlines()
+    assert code not in (0, None), f"{what}: accepted (exit {code})"
+    assert "Traceback" not in err, f"{what}: {err}"
+    assert len(lines) == 1 and lines[0].startswith("rollwise: error: "), f"{what}: stderr was {err!r}"
+
+
+def files_under(d: Path) -> list[str]:
+    return sorted(str(p.relative_to(d)) for p in d.rglob("*")) if d.exists() else []
+
+
+def refuse_config(doc: dict, what) -> None:
+    """`rollwise train --config C --out OUT` on `doc` over BASE: refused, and OUT (and the directory it is
+    run from) left as they were."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        work = tmp / "cwd"
+        work.mkdir()
+        cfg = tmp / "config.yaml"
+        cfg.write_text(yaml.safe_dump({**BASE, **doc}))
+        out = ["--out", tmp / "run"] if "out" not in doc else []
+        code, err = run_cli(["train", "--config", cfg, *out], work)
+        assert_refused(code, err, what)
+        assert files_under(tmp / "run") == [] and files_under(work) == [], f"{what}: wrote files"
+
+
+# ---- invalid values by type ------------------------------------------------------------------------
+
+TEXT = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_", max_size=8)
+NUMBERS = st.one_of(st.integers(-10 ** 12, 10 ** 12), st.floats(allow_nan=True, allow_infinity=True))
+SCALARS = st.one_of(NUMBERS, st.booleans(), TEXT.map(lambda s: "zz_fuzz_" + s))
+JUNK = st.one_of(SCALARS, st.lists(SCALARS, max_size=3), st.dictionaries(TEXT, SCALARS, max_size=2))
+
+
+def type_ok(value, hint) -> bool:
+    """Whether `value` has the type `hint` as a YAML config writes it (an integral float is an int; a list
+    of two numbers is a tuple[float, float]). The fuzzer's own notion, not rollwise's."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is type(None):
+        return value is None
+    if origin in (typing.Union, types.UnionType):
+        return any(type_ok(value, a) for a in args)
+    if hint is bool:
+        return isinstance(value, bool)
+    if isinstance(value, bool):
+        return False
+    if hint is int:
+        return isinstance(value, int) or isinstance(value, float) and value.is_integer()
+    if hint is float:
+        return isinstance(value, (int, float))
+    if hint is str:
+        return isinstance(value, str)
+    if hint is dict or origin is dict:
+        return isinstance(value, dict)
+    if origin in (list, tuple) or hint in (list, tuple):
+        if not isinstance(value, list):
+            return False
+        if origin is tuple and args and args[-1] is not Ellipsis:
+            return len(value) == len(args) and all(type_ok(v, a) for v, a in zip(value, args))
+        return all(type_ok(v, args[0]) for v in value) if args else True
+    return True  # a type this fuzzer does not know: never counted as invalid by type
+
+
+def invalid_values(key: str, hint) -> st.SearchStrategy:
+    """Values that must be refused for the field `key` of type `hint`: another type, a number outside its
+    documented range, or (for a string field that names something) a name nothing has."""
+    test = RANGES.get(key, (None,))[0]
+
+    def invalid(v) -> bool:
+        if not type_ok(v, hint):
+            return True
+        if test is not None and v is not None:
+            try:
+                return not test(v)
+            except TypeError:
+                return True
+        return False
+
+    draws = [JUNK.filter(invalid)]
+    if type_ok("x", hint) and key not in FREE_TEXT and test is None:  # a string field that names something
+        draws.append(TEXT.map(lambda s: "zz_fuzz_" + s))  # no component, device, file or mode has this name
+    return st.one_of(*draws)
+
+
+def nested(key: str, value) -> dict:
+    doc: dict = {}
+    node = doc
+    *parents, last = key.split(".")
+    for p in parents:
+        node = node.setdefault(p, {})
+    node[last] = value
+    return doc
+
+
+def _field_types() -> list[tuple[str, object]]:
+    """(dotted key, annotation) of every documented config field, nested sections flattened."""
+    from rollwise.learn.learner import LearnerConfig
+
+    sections = {"learner": LearnerConfig, "warmstart": WarmStartConfig}
+    out = []
+    for s in config_settings(Config, nested={"warmstart": WarmStartConfig}):
+        head, _, rest = s.key.partition(".")
+        out.append((s.key, typing.get_type_hints(sections[head] if rest else Config)[rest or head]))
+    return out
+
+
+CONFIG_FIELDS = _field_types()
+
+
+@pytest.mark.parametrize("key,hint", CONFIG_FIELDS, ids=[k for k, _ in CONFIG_FIELDS])
+def test_every_config_field_refuses_invalid_values(key, hint):
+    @FUZZ
+    @given(invalid_values(key, hint))
+    def check(value):
+        refuse_config(nested(key, value), f"{key}={value!r}")
+
+    check()
+
+
+# ---- every option of every registered component ----------------------------------------------------
+
+# Where a component of each kind is named in a config, and where its options go
+PLACES = {
+    "planner": lambda name, opts: {"planner": name, "planner_options": {name: opts}},
+    "task": lambda name, opts: {"task": name, "task_options": opts},
+    "engine": lambda name, opts: {"engine": name, "engine_options": opts},
+    "shaping": lambda name, opts: {"reward_shaping": name, "reward_shaping_options": opts},
+    "advantage": lambda name, opts: {"learner": {"advantage": name, "advantage_options": opts}},
+    "loss": lambda name, opts: {"learner": {"loss": name, "loss_options": opts}},
+    "aggregation": lambda name, opts: {"learner": {"loss_agg": name, "loss_agg_options": opts}},
+    "correction": lambda name, opts: {"learner": {"correction": name, "correction_options": opts}},
+    "recompose": lambda name, opts: {"learner": {"recompose": name, "recompose_options": opts}},
+}
+
+
+def options_of(kind: str, obj) -> dict[str, object]:
+    """{option: annotation (None if it has none)}: the keyword parameters with defaults that a config's
+    options set (a recomposer class takes them per call, the others when built)."""
+    target = obj.__call__ if kind == "recompose" and isinstance(obj, type) else obj
+    try:
+        params = inspect.signature(target).parameters.values()
+    except (TypeError, ValueError):
+        return {}
+    try:
+        hints = typing.get_type_hints(target.__init__ if isinstance(target, type) else target)
+    except Exception:  # noqa: BLE001 - an annotation that does not resolve: not checked by type
+        hints = {}
+    return {p.name: hints.get(p.name) for p in params
+            if p.default is not p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+            and not p.name.startswith("_")}
+
+
+def _option_cases():
+    cases = []
+    for kind in registry.KINDS:
+        assert kind in PLACES, f"kind {kind!r}: tell the fuzzer where its options go in a config"
+        for e in registry.entries(kind):
+            cases.append((kind, e.name, "zz_fuzz_unknown_key", None))
+            for opt, hint in options_of(kind, e.obj).items():
+                cases.append((kind, e.name, opt, hint))
+    return cases
+
+
+OPTION_CASES = _option_cases()
+
+
+@pytest.mark.parametrize("kind,name,option,hint", OPTION_CASES,
+                         ids=[f"{k}-{n}-{o}" for k, n, o, _ in OPTION_CASES])
+def test_every_option_of_every_component_refuses_invalid_values(kind, name, option, hint):
+    if option == "zz_fuzz_unknown_key":
+        values = JUNK  # any value: the key is unknown
+    elif hint is None or not any(not type_ok(v, hint) for v in (1.5, "x", [1], {"a": 1}, True, None)):
+        values = st.just(math.nan)  # unannotated (or takes anything): NaN is refused in every option
+    else:
+        values = st.one_of(JUNK.filter(lambda v: not type_ok(v, hint)), st.just(math.nan))
+
+    @settings(FUZZ, max_examples=1)
+    @given(values)
+    def check(value):
+        refuse_config(PLACES[kind](name, {option: value}), f"{kind} {name}: {option}={value!r}")
+
+    check()
+
+
+# ---- malformed plan files (rollwise bench --plan) -------------------------------------------------
+
+EXAMPLE_PLAN = yaml.safe_load((Path(__file__).parents[1] / "benchmarks/plans/example_task1.yaml").read_text())
+
+
+def _paths(node, prefix=()):
+    """Every key path of a YAML document (into mappings)."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield prefix + (k,)
+            yield from _paths(v, prefix + (k,))
+
+
+PLAN_PATHS = list(_paths(EXAMPLE_PLAN))
+
+
+def _set_path(doc, path, value):
+    doc = json.loads(json.dumps(doc))
+    node = doc
+    for k in path[:-1]:
+        node = node[k]
+    if value is _DELETE:
+        del node[path[-1]]
+    else:
+        node[path[-1]] = value
+    return doc
+
+
+_DELETE = object()
+
+
+def run_plan(text: str, what) -> tuple[int, str]:
+    """`rollwise bench --plan P --dry-run --out OUT`: (exit code, stderr); OUT must stay empty either way."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        (tmp / "plan.yaml").write_text(text)
+        code, err = run_cli(["bench", "--plan", tmp / "plan.yaml", "--dry-run", "--out", tmp / "out"], tmp)
+        assert "Traceback" not in err, f"{what}: {err}"
+        assert files_under(tmp / "out") == [], f"{what}: wrote into --out"
+        if code != 0:
+            assert_refused(code, err, what)
+        return code, err
+
+
+def _same_kind(a, b) -> bool:
+    number = (int, float)
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b)
+    return type(a) is type(b) or isinstance(a, number) and isinstance(b, number)
+
+
+@settings(FUZZ, max_examples=40)
+@given(st.sampled_from(PLAN_PATHS), st.one_of(JUNK, st.none(), st.just(_DELETE)))
+def test_a_malformed_plan_is_one_line_and_writes_nothing(path, value):
+    """A value of any kind put anywhere in the example plan (or a field deleted): a clean refusal or, for a
+    value the plan may hold, a dry run; never a traceback. A required field deleted, or a value of another
+    type in place of a scalar field (every one but the free-text `notes` has a type), must be refused."""
+    code, _ = run_plan(yaml.safe_dump(_set_path(EXAMPLE_PLAN, path, value)),
+                       f"plan {'.'.join(map(str, path))}={value!r}")
+    from rollwise.bench.plan import REQUIRED
+
+    old = EXAMPLE_PLAN
+    for k in path:
+        old = old[k]
+    deleted_required = value is _DELETE and len(path) == 1 and path[0] in REQUIRED
+    scalar_retyped = value not in (_DELETE, None) and not isinstance(old, (dict, list)) and \
+        not _same_kind(old, value) and path[0] != "notes"
+    if deleted_required or scalar_retyped:
+        assert code != 0, f"plan {path}={value!r} accepted"
+
+
+@settings(FUZZ, max_examples=10)
+@given(st.one_of(st.text(max_size=40), st.binary(max_size=40).map(lambda b: b.decode("latin-1")),
+                 JUNK.map(yaml.safe_dump)))
+def test_a_plan_that_is_not_a_plan_is_one_line(text):
+    code, _ = run_plan(text, f"plan text {text!r}")
+    assert code != 0
+
+
+# ---- malformed task rows (--task file) ------------------------------------------------------------
+
+GOOD_ROWS = {"train": [{"prompt": f"{a}+{a}=", "answer": str(a + a)} for a in range(1, 9)],
+             "heldout": [{"prompt": f"{a}+{a + 1}=", "answer": str(a + a + 1)} for a in range(1, 9)]}
+BAD_ROW = st.one_of(
+    st.text(max_size=20).filter(lambda s: s.strip() and "\n" not in s and "\r" not in s),  # not JSON (or not an object)
+    JUNK.filter(lambda v: not isinstance(v, dict)).map(lambda v: json.dumps(v)),
+    st.fixed_dictionaries({"prompt": st.one_of(JUNK.filter(lambda v: not isinstance(v, str)), st.just(""),
+                                               st.just("   ")), "answer": st.just("2")}).map(json.dumps),
+    st.fixed_dictionaries({"prompt": st.just("1+1="),
+                           "answer": st.one_of(st.booleans(), st.lists(SCALARS, max_size=2),
+                                               st.dictionaries(TEXT, SCALARS, max_size=1), st.just(""),
+                                               st.just(" "))}).map(json.dumps),
+    st.dictionaries(TEXT, SCALARS, max_size=2).filter(lambda d: not {"prompt", "answer"} <= set(d)).map(json.dumps),
+)
+
+
+@settings(FUZZ, max_examples=20)
+@given(BAD_ROW, st.integers(0, 8), st.sampled_from(["train", "heldout"]))
+def test_a_malformed_task_row_is_one_line_naming_the_row(line, at, which):
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        files = {}
+        for split in ("train", "heldout"):
+            lines = [json.dumps(r) for r in GOOD_ROWS[split]]
+            if split == which:
+                lines.insert(at, line)
+            files[split] = tmp / f"{split}.jsonl"
+            files[split].write_text("\n".join(lines) + "\n", encoding="utf-8")
+        code, err = run_cli(["train", "--task", "file", "--set", f"task_options.train_path={files['train']}",
+                             "--set", f"task_options.heldout_path={files['heldout']}", "--out", tmp / "run",
+                             *sum((["--set", f"{k}={v}"] for k, v in BASE.items()), [])], tmp)
+        assert_refused(code, err, f"{which} row {at + 1}: {line!r}")
+        assert f"row {at + 1}" in err and f"{which}.jsonl" in err, err
+        assert files_under(tmp / "run") == []
