@@ -1,12 +1,20 @@
-"""The one reader of a run's record, `metrics.jsonl`: every tool that reads rows (the trainer on resume,
-the bench and its report, the simulator's calibration, the benchmark scripts) reads them here, so a
-cut or damaged line is treated the same way everywhere."""
+"""A run's record, `metrics.jsonl`: its rows are built here and read here.
+
+Built: `step_row` makes the row of a trained step for the trainer and the simulator alike, from the same
+objects (the step's context and outcome, the ledger's view), so a field means the same thing on both.
+What only one side can know is declared (`ONLY`, `NULL_IN_SIM`) and checked when a row is built.
+
+Read: every tool that reads rows (the trainer on resume, the bench and its report, the simulator's
+calibration, the benchmark scripts) reads them here, so a cut or damaged line is treated the same way
+everywhere."""
 from __future__ import annotations
 
 import json
 import math
 import os
 from pathlib import Path
+
+import numpy as np
 
 METRICS = "metrics.jsonl"
 
@@ -17,6 +25,63 @@ def metrics_path(where: str | Path) -> Path:
     return p / METRICS if p.is_dir() or p.suffix != ".jsonl" else p
 
 
+# ---- building a step's row (the trainer's and the simulator's) ----------------------------------------
+# Fields only one side has. The trainer: its reward function's failures, the updates its finite guard
+# undid, and the staleness of the trained rows (the simulator's steps are synchronous and on-policy: it
+# skips that pass). The simulator: its timing model's seconds and rounds, and its dynamics' count of
+# trained groups that carried a learning signal (`trained_groups` is `batch_groups`, kept for old readers).
+# Besides these, a row carries its learner's own stats as the learner reports them (the torch learner's
+# loss, entropy, grad_norm, ...; the simulator's dynamics report none) and its planner's (`ctx.metrics`).
+ONLY = {"trainer": ("reward_errors", "skipped_steps", "staleness_max", "staleness_mean"),
+        "sim": ("trained_groups", "informative_trained", "rounds", "sim_gen_s", "sim_learn_s")}
+# Fields the simulator cannot know, null in its rows: it has no response text to cut at a length limit,
+# and its learner's token counts are response tokens only, so no compute figure is priced from them.
+NULL_IN_SIM = ("truncated_frac", "compute")
+
+
+def ledger_view(ledger, budget=None) -> dict:
+    """The ledger's figures for a metrics row (taken right after a step's rollouts are settled);
+    `compute` is null without a Budget to price them (run/budget.py)."""
+    led = ledger
+    return {"tokens": led.budget_tokens(), "rollouts": led.budget_rollouts(),
+            **{f"tokens_{k}": v for k, v in led.legacy_tokens().items()},
+            **{f"rollouts_{k}": v for k, v in led.legacy_rollouts().items()},
+            "tokens_reused": led.reused_tokens, **led.compute_counts(),
+            "compute": None if budget is None else budget.spent(led).compute, **led.breakdown()}
+
+
+def step_row(ctx, out, view: dict, tokens_before: int, *, counts_only: bool = False, extra: dict | None = None,
+             side: str = "trainer") -> dict:
+    """The metrics row of a trained step. `ctx`: its StepContext (the groups generated, the planner's
+    metrics); `out`: the driver's StepOutcome; `view`: `ledger_view` after the step; `tokens_before`: the
+    budget tokens before it. `counts_only`: the groups are count-level (the simulator's, binary rewards):
+    the mean reward comes from their counts and `truncated_frac` is null. `extra`: the fields only this
+    `side` has, which must be the ones ONLY declares for it."""
+    generated = list(ctx.groups.values())
+    batch = out.batch.groups
+    sizes = [g.n for g in batch] or [0]
+    if counts_only:
+        v = out.visits
+        reward_mean, truncated = int(v.correct.sum()) / max(int(v.n.sum()), 1), None
+    else:
+        reward_mean = float(np.mean([r.reward for g in generated for r in g.rollouts] or [0]))
+        # responses cut at their length limit (finish reason "length") before EOS
+        truncated = float(np.mean([r.finish_reason == "length" for g in generated for r in g.rollouts] or [0]))
+    extra = extra or {}
+    if set(extra) - set(ONLY[side]):
+        raise ValueError(f"metrics row: fields {sorted(set(extra) - set(ONLY[side]))} are not declared for the "
+                         f"{side} (run/records.py ONLY): declare them, or build them for both sides")
+    return {"step": ctx.step + 1, "tokens": view["tokens"], "step_tokens": view["tokens"] - tokens_before,
+            "rollouts": view["rollouts"], "prompts": len(generated),
+            "zero_var_frac_gen": sum(g.zero_variance for g in generated) / max(len(generated), 1),
+            "reward_mean": reward_mean, "truncated_frac": truncated,
+            "group_min": min(sizes), "group_mean": float(np.mean(sizes)), "group_max": max(sizes),
+            "batch_groups": len(batch), "zero_var_frac": sum(g.zero_variance for g in batch) / max(len(batch), 1),
+            **{k: v for k, v in view.items() if k not in ("tokens", "rollouts")},
+            **out.staleness, **out.persist, **ctx.metrics, **out.stats, **extra}
+
+
+# ---- reading ---------------------------------------------------------------------------------------
 def read_rows(where: str | Path, *, live: bool = False) -> tuple[list[dict], int | None]:
     """(rows, the number of a last line cut short or None). A missing file has no rows. The last line
     without a newline after it that is not JSON is a write cut short (a killed run, or with `live` one
