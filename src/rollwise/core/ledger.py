@@ -78,7 +78,7 @@ class Ledger:
         """Tokens of a trained batch that were generated in an earlier step (`trained_now`: those of this
         step's, which settling them just returned). A TreePO tree's shared nodes are held by several leaves
         but generated once: counted once, not as reused."""
-        self.reused_tokens += sum(g.tokens for g in groups) - _shared_twice(groups) - trained_now
+        self.reused_tokens += _held_once(groups) - trained_now
 
     def work(self) -> dict[str, float]:
         """Every kind of work so far, as bench/costs.py `compute_units` prices it: decode (every generated
@@ -277,21 +277,21 @@ def _add_to(acc: dict, key: tuple, n: int, tok: int) -> None:
     c[1] += tok
 
 
-def _shared_twice(groups) -> int:
-    """Tokens that rollouts of these groups hold through a prefix another of them already holds (the
-    shared nodes of a TreePO tree, trained in every leaf but generated once): not reused from an
-    earlier step. 0 unless two rollouts continue the same prefix object."""
+def _held_once(groups) -> int:
+    """The tokens these groups' rollouts hold, a prefix that two of them continue counted once (the
+    shared nodes of a TreePO tree are trained in every leaf but were generated once)."""
     seen: set[int] = set()
-    twice = 0
-    for g in groups:
+    held = 0
+    for g in groups:  # one pass: the simulator's count-level groups continue no prefix
+        held += g.tokens
         for pre in g.prefixes():
             while pre is not None:
                 if id(pre) in seen:
-                    twice += pre.num_tokens  # this prefix and all its ancestors are held already
+                    held -= pre.num_tokens  # this prefix and all its ancestors are held already
                     break
                 seen.add(id(pre))
                 pre = pre.lineage.prefix
-    return twice
+    return held
 
 
 def _from_purposes(counts: dict, with_kind: bool) -> list:

@@ -60,9 +60,12 @@ def step_row(ctx, out, view: dict, tokens_before: int, *, counts_only: bool = Fa
     generated = list(ctx.groups.values())
     batch = out.batch.groups
     sizes = [g.n for g in batch] or [0]
+    zv_gen = None
     if counts_only:
-        v = out.visits
+        v = out.visits  # the generated groups as columns (the driver's), empty ones left out
         reward_mean, truncated = int(v.correct.sum()) / max(int(v.n.sum()), 1), None
+        if len(v) == len(generated):  # none empty: the same groups, counted without a pass over them
+            zv_gen = int(v.zero_variance.sum())
     else:
         reward_mean = float(np.mean([r.reward for g in generated for r in g.rollouts] or [0]))
         # responses cut at their length limit (finish reason "length") before EOS
@@ -71,12 +74,20 @@ def step_row(ctx, out, view: dict, tokens_before: int, *, counts_only: bool = Fa
     if set(extra) - set(ONLY[side]):
         raise ValueError(f"metrics row: fields {sorted(set(extra) - set(ONLY[side]))} are not declared for the "
                          f"{side} (run/records.py ONLY): declare them, or build them for both sides")
+    if zv_gen is None:
+        zv_gen = sum(g.zero_variance for g in generated)
+    # the batch's groups and zero-variance share as its learner saw them (the torch learner's stats, after
+    # any recomposition; the simulator's dynamics report them too), from the batch if it does not say
+    if "batch_groups" in out.stats and "zero_var_frac" in out.stats:
+        batch_groups, zv_batch = out.stats["batch_groups"], out.stats["zero_var_frac"]
+    else:
+        batch_groups, zv_batch = len(batch), sum(g.zero_variance for g in batch) / max(len(batch), 1)
     return {"step": ctx.step + 1, "tokens": view["tokens"], "step_tokens": view["tokens"] - tokens_before,
             "rollouts": view["rollouts"], "prompts": len(generated),
-            "zero_var_frac_gen": sum(g.zero_variance for g in generated) / max(len(generated), 1),
+            "zero_var_frac_gen": zv_gen / max(len(generated), 1),
             "reward_mean": reward_mean, "truncated_frac": truncated,
             "group_min": min(sizes), "group_mean": float(np.mean(sizes)), "group_max": max(sizes),
-            "batch_groups": len(batch), "zero_var_frac": sum(g.zero_variance for g in batch) / max(len(batch), 1),
+            "batch_groups": batch_groups, "zero_var_frac": zv_batch,
             **{k: v for k, v in view.items() if k not in ("tokens", "rollouts")},
             **out.staleness, **out.persist, **ctx.metrics, **out.stats, **extra}
 

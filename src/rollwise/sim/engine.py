@@ -61,13 +61,14 @@ class _Samples(Segment):
 class SimGroup(Group):
     """A Group that carries counts; its rollouts are materialised only when read."""
 
+    _meta: dict | None = None  # class defaults: most simulated groups never set them (fewer writes per group)
+    _list: list | None = None
+
     def __init__(self, prompt: Prompt, block: _Block, lo: int, hi: int, purpose: str,
                  num_correct: int, tokens: int, entropy_sum: float):
         self.prompt = prompt
-        self._meta = None
         self._segs = [_Samples(purpose, hi - lo, tokens, "new", block, lo, hi)]
         self._n, self._c, self._tok, self._ent = hi - lo, num_correct, tokens, entropy_sum
-        self._list: list | None = None
 
     @property
     def meta(self) -> dict:  # made on first use: most simulated groups never carry any

@@ -51,7 +51,9 @@ class DynamicsLearner:
         b = GroupStats.of(batch.groups, drop_empty=False)
         dyn = self.dynamics.update(self.version, b.prompt, b.n, b.correct, self.batch_size)
         self.version += 1
-        return {"learner_tokens": int(b.tokens.sum()), "informative_groups": dyn["informative_groups"]}
+        k = len(b)  # the batch as the torch learner's stats report it (the metrics row reads them)
+        return {"learner_tokens": int(b.tokens.sum()), "informative_groups": dyn["informative_groups"],
+                "batch_groups": k, "zero_var_frac": int(b.zero_variance.sum()) / max(k, 1)}
 
 
 @dataclass
