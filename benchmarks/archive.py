@@ -174,29 +174,48 @@ def _same(a, b, rtol: float = 1e-12) -> bool:
     return a == b
 
 
+def _is_bench_summary(rec) -> bool:
+    return isinstance(rec, dict) and isinstance(rec.get("mixes"), dict) and "budget_tokens" in rec
+
+
 def recompute(bench: Path) -> bool:
     """Unpack into a temporary folder, run `rollwise bench`'s report (bench/report.py summarize) over the
-    runs with the recorded settings, and compare every figure of the recorded summary.json. Benches written
-    by other scripts (their summaries have no `mixes` of planners) are refused with the script to rerun."""
-    from rollwise.bench.report import summarize
-    from rollwise.bench.runner import BenchConfig
-
-    rec_path = bench / "summary.json"
-    rec = json.loads(rec_path.read_text()) if rec_path.exists() else {}
-    if not (isinstance(rec.get("mixes"), dict) and "budget_tokens" in rec):
+    runs with the recorded settings, and compare every figure of each recorded summary.json (the bench's,
+    and its arms' where a script ran several benches in subfolders). A bench written by another script
+    (no summary with mixes of planners) is refused with what to do instead."""
+    summaries = [p for p in sorted(bench.rglob("summary.json")) if _is_bench_summary(json.loads(p.read_text()))]
+    if not summaries:
         raise SystemExit(f"recompute: {bench.name} is not a `rollwise bench` record (no summary.json with mixes); "
                          f"its figures come from its own script under benchmarks/ (see {bench.name}'s .md): unpack it "
                          f"with `python benchmarks/archive.py unpack {bench.name}` and rerun that script's report")
     with tempfile.TemporaryDirectory() as tmp:
         unpack(bench, Path(tmp))
-        mixes = list(rec["mixes"])
-        planners = list(next(iter(rec["mixes"].values()))["planners"])
-        cfg = BenchConfig(out=tmp, planners=planners, mixes=mixes, seeds=int(rec["seeds"]),
-                          seed_start=int(rec.get("seed_start", 0)), budget_tokens=int(rec["budget_tokens"]),
-                          pool_size=int(rec["pool_size"]), eval_size=int(rec["eval_size"]), engine=rec["engine"])
-        m0 = next(iter(rec["mixes"].values()))
-        new = summarize(cfg, m0["target_acc"] if m0.get("target_fixed") else None)
-    got = dict(_leaves(new))
+        results = [_recompute_one(p, Path(tmp) / p.parent.relative_to(bench), bench) for p in summaries]
+    if all(r is None for r in results):
+        raise SystemExit(f"recompute: no summary of {bench.name} could be recomputed by rollwise bench's report alone")
+    return all(r is not False for r in results)
+
+
+def _recompute_one(rec_path: Path, runs_root: Path, bench: Path) -> bool | None:
+    from rollwise.bench.report import summarize
+    from rollwise.bench.runner import BenchConfig
+
+    rec = json.loads(rec_path.read_text())
+    name = rec_path.parent.relative_to(RESULTS).as_posix()
+    if not (runs_root / "runs").is_dir():
+        print(f"SKIPPED {name}: its runs are not in {bench.name}/{ARCHIVE}")
+        return None
+    mixes = list(rec["mixes"])
+    m0 = rec["mixes"][mixes[0]]
+    cfg = BenchConfig(out=str(runs_root), planners=list(m0["planners"]), mixes=mixes, seeds=int(rec["seeds"]),
+                      seed_start=int(rec.get("seed_start", 0)), budget_tokens=int(rec["budget_tokens"]),
+                      pool_size=int(rec["pool_size"]), eval_size=int(rec["eval_size"]), engine=rec["engine"])
+    try:
+        got = dict(_leaves(summarize(cfg, m0["target_acc"] if m0.get("target_fixed") else None)))
+    except ValueError as e:  # an arm compared with a GRPO run recorded elsewhere (generate3_bench.py's arms)
+        print(f"SKIPPED {name}: the report cannot run on this folder's runs alone ({e}); its figures come "
+              f"from the script that wrote {bench.name}'s .md")
+        return None
     ok, compared, missing = True, 0, []
     for key, want in _leaves(rec):
         if key == "command":
@@ -207,8 +226,8 @@ def recompute(bench: Path) -> bool:
         compared += 1
         if not _same(want, got[key]):
             ok = False
-            print(f"DIFFERS {bench.name}: {key}: recorded {want!r}, recomputed {got[key]!r}")
-    print(f"{'EQUAL' if ok else 'DIFFERS'} {bench.name}: {compared} recorded figures recomputed from "
+            print(f"DIFFERS {name}: {key}: recorded {want!r}, recomputed {got[key]!r}")
+    print(f"{'EQUAL' if ok else 'DIFFERS'} {name}: {compared} recorded figures recomputed from "
           f"{bench.name}/{ARCHIVE}" + (f"; {len(missing)} recorded fields the report no longer writes "
                                        f"(not compared): {', '.join(missing[:6])}{' ...' if len(missing) > 6 else ''}"
                                        if missing else ""))
