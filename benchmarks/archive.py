@@ -133,7 +133,7 @@ def unpack(bench: Path, to: Path | None = None) -> Path:
 def ensure_unpacked(path: Path) -> Path:
     """A recorded run's folder or file under benchmarks/results, unpacked from its bench's archive if absent."""
     path = Path(path)
-    if not path.exists():
+    if not path.exists() and RESULTS in path.resolve().parents:  # elsewhere: not a record, nothing to unpack
         bench, _ = bench_of(path)
         if (bench / ARCHIVE).exists():
             unpack(bench)

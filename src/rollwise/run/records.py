@@ -27,27 +27,29 @@ def metrics_path(where: str | Path) -> Path:
 
 # ---- building a step's row (the trainer's and the simulator's) ----------------------------------------
 # Fields only one side has. The trainer: its reward function's failures, the updates its finite guard
-# undid, and the staleness of the trained rows (the simulator's steps are synchronous and on-policy: it
-# skips that pass). The simulator: its timing model's seconds and rounds, and its dynamics' count of
+# undid, the staleness of the trained rows (the simulator's steps are synchronous and on-policy: it
+# skips that pass), and the compute counts with their priced `compute` (the simulator's learner counts
+# response tokens only, so its rows carry none and a compute budget is never read from them; its
+# summary keeps prompt_tokens and learner_tokens as before). The simulator: its timing model's seconds and rounds, and its dynamics' count of
 # trained groups that carried a learning signal (`trained_groups` is `batch_groups`, kept for old readers).
 # Besides these, a row carries its learner's own stats as the learner reports them (the torch learner's
 # loss, entropy, grad_norm, ...; the simulator's dynamics report none) and its planner's (`ctx.metrics`).
-ONLY = {"trainer": ("reward_errors", "skipped_steps", "staleness_max", "staleness_mean"),
+COMPUTE = ("prompt_tokens", "learner_tokens", "old_logprob_tokens", "ref_logprob_tokens", "scoring_tokens", "compute")
+ONLY = {"trainer": ("reward_errors", "skipped_steps", "staleness_max", "staleness_mean", *COMPUTE),
         "sim": ("trained_groups", "informative_trained", "rounds", "sim_gen_s", "sim_learn_s")}
-# Fields the simulator cannot know, null in its rows: it has no response text to cut at a length limit,
-# and its learner's token counts are response tokens only, so no compute figure is priced from them.
-NULL_IN_SIM = ("truncated_frac", "compute")
+# Fields the simulator cannot know, null in its rows: it has no response text to cut at a length limit.
+NULL_IN_SIM = ("truncated_frac",)
 
 
 def ledger_view(ledger, budget=None) -> dict:
-    """The ledger's figures for a metrics row (taken right after a step's rollouts are settled);
-    `compute` is null without a Budget to price them (run/budget.py)."""
+    """The ledger's figures for a metrics row (taken right after a step's rollouts are settled). Without
+    a Budget to price them (run/budget.py: the simulator) the COMPUTE fields are left out."""
     led = ledger
+    compute = {} if budget is None else {**led.compute_counts(), "compute": budget.spent(led).compute}
     return {"tokens": led.budget_tokens(), "rollouts": led.budget_rollouts(),
             **{f"tokens_{k}": v for k, v in led.legacy_tokens().items()},
             **{f"rollouts_{k}": v for k, v in led.legacy_rollouts().items()},
-            "tokens_reused": led.reused_tokens, **led.compute_counts(),
-            "compute": None if budget is None else budget.spent(led).compute, **led.breakdown()}
+            "tokens_reused": led.reused_tokens, **compute, **led.breakdown()}
 
 
 def step_row(ctx, out, view: dict, tokens_before: int, *, counts_only: bool = False, extra: dict | None = None,
