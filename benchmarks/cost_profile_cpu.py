@@ -45,6 +45,7 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "src"))
 sys.path.insert(0, str(HERE))
+from archive import ensure_unpacked  # noqa: E402  (the recorded run is in bench2's archive)
 
 from prefill_decode_ratio import PROMPTS, build_policy, time_decode, time_verify  # noqa: E402
 
@@ -178,7 +179,7 @@ def main(argv=None) -> int:
         report["validation"] = validate(args.steps, path)
         v = report["validation"]
         if args.compare:
-            report["compare"] = compare(Path(args.compare), path, v)
+            report["compare"] = compare(ensure_unpacked(Path(args.compare)), path, v)
         path.write_text(path.read_text() + yaml_validation(v, report.get("compare")))
     report["machine"]["load_avg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -41,6 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from archive import ensure_unpacked  # noqa: E402
 from generate3_bench import rows_of as _rows_of  # noqa: E402
 from generate3_bench import run_figures  # noqa: E402
 
@@ -247,6 +248,7 @@ def confirm(args) -> int:
     def one(name: str) -> dict:
         _, spec, sets = known[name]
         d = out / slug(name)
+        ensure_unpacked(GRPO_RECORD / "runs")  # the recorded GRPO runs are in the bench's archive
         grpo_settings_match(GRPO_RECORD, d, seeds)
         return figures(d, bench(d, spec, sets, args.seeds, 0, 1 if len(names) > 1 else args.jobs,
                                 args.report_only), spec, seeds)

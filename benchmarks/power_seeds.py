@@ -21,6 +21,8 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "src"))
+sys.path.insert(0, str(HERE))
+from archive import ensure_unpacked  # noqa: E402
 
 from rollwise.bench import stats  # noqa: E402
 from rollwise.bench.report import load_run  # noqa: E402
@@ -31,7 +33,7 @@ DEFAULT = [HERE / "results" / "bench2", HERE / "results" / "generate3_8seeds"]
 def planner_diffs(results: Path) -> tuple[int, dict[str, np.ndarray]]:
     summary = json.loads((results / "summary.json").read_text())
     budget = float(summary["budget_tokens"])
-    runs = results / "runs" / "default"
+    runs = ensure_unpacked(results / "runs") / "default"  # the raw runs are in the bench's archive
     seeds = sorted(int(p.name[4:]) for p in (runs / "uniform").iterdir())
     auc = {}
     for d in sorted(runs.iterdir()):

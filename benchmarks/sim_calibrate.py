@@ -24,6 +24,9 @@ from pathlib import Path
 import numpy as np
 
 from rollwise.sim import calibrate as cal
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from archive import ensure_unpacked  # noqa: E402
 from rollwise.sim.profiles import profile_configs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,6 +47,7 @@ def main() -> int:
 
     proto = cal.Protocol()
     planners = [p.strip() for p in args.planners.split(",") if p.strip()]
+    ensure_unpacked(Path(args.bench))  # the recorded runs are in their bench's archive
     dirs = {p: sorted(glob.glob(str(Path(args.bench) / p.replace("+", "_plus_") / "seed*"))) for p in planners}
     reals = {p: cal.real_targets([Path(d) for d in ds], proto) for p, ds in dirs.items()}
     t0 = time.perf_counter()

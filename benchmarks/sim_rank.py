@@ -37,6 +37,9 @@ from rollwise.bench.report import load_run, median_ratio, run_figures
 from rollwise.cli import main as cli_main
 from rollwise.sim.runner import unsupported_reason
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from archive import ensure_unpacked  # noqa: E402  (the recorded runs are in their bench's archive)
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 FIGURES = {"ratio": "tokens-to-target ratio", "tokens_per_useful_group": "tokens per useful group",
@@ -144,7 +147,7 @@ def main() -> int:
     calib = Path(args.calibration)
     fitted_on = list(json.loads(calib.read_text())["planners"]) if calib.exists() else []
     held_out = [p for p in common if p not in fitted_on]
-    ceiling = self_agreement(Path(args.tiny).parent / "runs" / "default", common, tiny["seeds"],
+    ceiling = self_agreement(ensure_unpacked(Path(args.tiny).parent / "runs") / "default", common, tiny["seeds"],
                              tiny["mixes"]["default"]["target_acc"])
     rows, agreement = [], {}
     for key in FIGURES:

@@ -14,6 +14,9 @@ the load average and the ratio of each run to a fixed pure-numpy reference workl
 run (`ref_cpu_s`, before and after the runs): compare ratios across machines and loads, not seconds.
 It also times the loop of the commit before the step driver (BASELINE, idle 14.4 s / 4.9 s) in the same
 run: a run within target in CPU seconds, or by that comparison (`idle_estimate_s`), passes.
+`--compare REV` also times another commit's loop (e.g. the commit before a change) in the same run, next
+to each planner's, and records this checkout's CPU seconds over its (`ratio_to_compare`): the change's
+effect on one loaded machine, without the idle estimate's assumptions.
 `--steps` shortens the runs for a quick look (not judged; the record says so). Writes
 benchmarks/results/sim_speed.json and .md.
 """
@@ -72,11 +75,12 @@ print(json.dumps({"cpu_s": time.process_time() - c0, "final_acc": out["final_acc
 """
 
 
-def baseline_cpu(planners: list[str], steps: int) -> dict | None:
-    """CPU seconds of the baseline commit's loop per planner (None where this is no git checkout)."""
+def baseline_cpu(planners: list[str], steps: int, commit: str = BASELINE["commit"]) -> dict | None:
+    """CPU seconds of a commit's loop (the baseline's by default) per planner (None where this is no git
+    checkout)."""
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            tar = subprocess.run(["git", "archive", BASELINE["commit"], "src"], cwd=ROOT, capture_output=True, check=True)
+            tar = subprocess.run(["git", "archive", commit, "src"], cwd=ROOT, capture_output=True, check=True)
             subprocess.run(["tar", "-x", "-C", tmp], input=tar.stdout, check=True)
         except (OSError, subprocess.CalledProcessError):
             return None
@@ -86,7 +90,7 @@ def baseline_cpu(planners: list[str], steps: int) -> dict | None:
             proc = subprocess.run([sys.executable, "-c", _LOOP, str(Path(tmp) / "src"), planner, str(ISSUE["prompts"]),
                                    str(steps)], capture_output=True, text=True, env=env, cwd=tmp)
             if proc.returncode != 0:
-                raise SystemExit(f"sim_speed: the baseline {BASELINE['commit']} failed:\n{proc.stderr[-2000:]}")
+                raise SystemExit(f"sim_speed: the loop of {commit} failed:\n{proc.stderr[-2000:]}")
             out[planner] = json.loads(proc.stdout.strip().splitlines()[-1])
         return out
 
@@ -153,14 +157,24 @@ def markdown(rec: dict) -> str:
 |---|---|---|---|---|---|---|---|---|
 {rows}
 
-{chr(10).join(rec['verdict'])}
+{compare_lines(rec)}{chr(10).join(rec['verdict'])}
 """
+
+
+def compare_lines(rec: dict) -> str:
+    rs = [r for r in rec["runs"] if "ratio_to_compare" in r]
+    if not rs:
+        return ""
+    return (f"Against commit {rec['compare']}, timed in the same run: "
+            + "; ".join(f"{r['planner']} {r['cpu_s']:.2f} s vs {r['compare_cpu_s']:.2f} s CPU (ratio "
+                        f"{r['ratio_to_compare']:.3f})" for r in rs) + ".\n\n")
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=ISSUE["steps"])
     ap.add_argument("--planners", nargs="+", default=list(TARGETS_S))
+    ap.add_argument("--compare", metavar="REV", help="also time this commit's loop in the same run (a ratio)")
     ap.add_argument("--out", default=str(HERE / "results" / "sim_speed"), help="writes OUT.json and OUT.md")
     args = ap.parse_args(argv)
     if args.steps < 1:
@@ -180,6 +194,13 @@ def main(argv=None) -> int:
             if b["final_acc"] != r["final_acc"]:
                 raise SystemExit(f"sim_speed: {r['planner']} final accuracy {r['final_acc']} differs from the "
                                  f"baseline's {b['final_acc']}: not the same run")
+        c = (baseline_cpu([planner], args.steps, args.compare) or {}).get(planner) if args.compare else None
+        if c is not None:
+            if c["final_acc"] != r["final_acc"]:
+                raise SystemExit(f"sim_speed: {planner} final accuracy {r['final_acc']} differs from "
+                                 f"{args.compare}'s {c['final_acc']}: not the same run")
+            r["compare_cpu_s"] = round(c["cpu_s"], 3)
+            r["ratio_to_compare"] = round(r["cpu_s"] / c["cpu_s"], 3)
     ref_after = reference_workload()
     ref = (ref_before + ref_after) / 2
     for r in runs:
@@ -195,6 +216,7 @@ def main(argv=None) -> int:
            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "numpy": np.__version__,
                        "platform": platform.platform()},
            "ref_cpu_s": {"before": round(ref_before, 4), "after": round(ref_after, 4)}, "baseline": BASELINE,
+           "compare": args.compare,
            "runs": runs}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,5 +1,6 @@
 """bench/costs.py: profiles are validated data, and compute units follow the formula on hand-made counts."""
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -75,7 +76,11 @@ def test_shipped_profiles_load_and_a_bad_profile_is_one_line_naming_the_field(tm
 
 
 def test_compute_curve_of_a_recorded_run_states_the_counts_it_lacks():
-    rows = [json.loads(x) for x in open(Path(__file__).parent.parent / "benchmarks/results/bench2/runs/default/uniform/seed0/metrics.jsonl")]
+    sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
+    from archive import read_member  # the record is in bench2's archive: read it there, nothing unpacked
+
+    run = Path(__file__).parent.parent / "benchmarks/results/bench2/runs/default/uniform/seed0"
+    rows = [json.loads(x) for x in read_member(run / "metrics.jsonl").decode().splitlines()]
     xs, missing = costs.compute_curve(rows, costs.load_profile("gpu-h100-v1"))
     assert xs[0] == 0 and xs[-1] == rows[-1]["tokens"]  # decode only: GRPO's budget tokens are all decoded
     assert missing == ["learner_tokens", "prompt_tokens"]

@@ -119,11 +119,44 @@ def test_ledger_budget_weights_draft_tokens_by_the_cost_ratio():
     L = Ledger(draft_cost=0.25)
     g = make_group(0, [1], length=10)
     g.rollouts[0].lineage.tokens_by_kind = {"draft": 8, "decoded": 2}  # 8 accepted from a draft
-    L.verified_tokens += 12  # what the driver's verification pass charges
+    L.charge_verified(prompt_tokens=5, draft_tokens=12)  # what the driver's verification pass charges
     L.charge([g, make_group(1, [1], length=4, purpose="eval")])
     assert L.budget_tokens() == 2 + round(0.25 * 12) and L.count(kind="draft") == 8
     assert L.count_rollouts() == 2  # a rollout counts once whatever its kinds
-    assert L.breakdown()["tok/verified"] == 12
+    assert L.breakdown()["tok/verified"] == 12 and L.prompt_tokens == 5
+
+
+def test_the_ledger_moves_fates_and_groups_only_hold_data():
+    """Accounting left core/types.py in 0.4: a caller of Group.move, or a group class that overrides it
+    (the ledger would never call it), gets one line naming the replacement; a count-level group moves by
+    its Segments, all decoded."""
+    from rollwise.core.ledger import move_group
+    from rollwise.core.types import Segment
+
+    g = make_group(0, [1, 0], length=4)
+    with pytest.raises(AttributeError, match="rollwise.core.ledger.move_group"):
+        g.move("new", "open", {})
+    with pytest.raises(TypeError, match="segments"):
+        type("MyGroup", (Group,), {"move": lambda self, frm, to, acc: None})
+
+    class Counted(Group):  # a group known by counts, as the simulator's
+        def __init__(self, prompt, segs):
+            super().__init__(prompt, [])
+            self.segs = segs
+
+        def segments(self):
+            return self.segs
+
+    c = Counted(Prompt(1, "p", "a"), [Segment("train", 3, 30), Segment("pilot", 2, 8)])
+    acc = {}
+    move_group(c, "new", {"train": "open"}, acc)
+    assert acc == {("train", "decoded", "new", "open"): [3, 30]} and [s.fate for s in c.segs] == ["open", "new"]
+    c = Counted(Prompt(1, "p", "a"), [Segment("train", 3, 30), Segment("pilot", 2, 8)])
+    L = Ledger()
+    L.charge([c, g])
+    L.settle([c, g], "open", {"train": "trained"})
+    assert L.count("train", "trained") == 30 + 8 and L.count_rollouts("train", "trained") == 5
+    assert L.count("pilot", "open") == 8 and L.count_rollouts("pilot") == 2 and L.count(fate="new") == 0
 
 
 def test_rollout_state_roundtrip_keeps_reward_parts():

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from rollwise.core import registry
-from rollwise.core.ledger import Ledger
+from rollwise.core.ledger import Ledger, move_group
 from rollwise.core.types import Prompt, Request
 from rollwise.sim.dynamics import Dynamics, DynamicsConfig
 from rollwise.core.types import LightRollout
@@ -262,7 +262,7 @@ def test_simgroup_behaves_like_a_group():
     g.extend(h)
     assert (g.n, g.num_correct, g.tokens) == (n, c, t) and not g.materialised
     acc = {}
-    h.move("open", "open", acc)
+    move_group(h, "open", "open", acc)
     assert h.n == 0 and acc == {}  # the stage's samples moved: nothing is counted twice
     zv = g.zero_variance
     led.settle([g, h], "open", {"train": "discarded"})

@@ -46,12 +46,15 @@ class GroupStats:
 
     @classmethod
     def of(cls, groups: Iterable[Group], drop_empty: bool = True) -> "GroupStats":
-        rows = [(g.prompt.id, *g.counts()) for g in groups]
-        if drop_empty:  # a group with no rollouts (all pruned, or trimmed away) is no visit
-            rows = [r for r in rows if r[1] > 0]
-        cols = list(zip(*rows)) if rows else [()] * 6
-        dts = (np.int64, np.int64, np.int64, np.int64, np.float64, bool)
-        return cls(*(np.array(c, dtype=dt) for c, dt in zip(cols, dts)))
+        groups = groups if type(groups) is list else list(groups)
+        # one counts() call per group and one array per column: the simulator reads ~10^6 groups a second
+        n, c, tok, ent, zv = zip(*[g.counts() for g in groups]) if groups else [()] * 5
+        cols = (np.fromiter([g.prompt.id for g in groups], np.int64, count=len(groups)), np.array(n, np.int64),
+                np.array(c, np.int64), np.array(tok, np.int64), np.array(ent, np.float64), np.array(zv, bool))
+        if drop_empty and 0 in n:  # a group with no rollouts (all pruned, or trimmed away) is no visit
+            keep = cols[1] > 0
+            cols = tuple(col[keep] for col in cols)
+        return cls(*cols)
 
     def __len__(self) -> int:
         return len(self.prompt)

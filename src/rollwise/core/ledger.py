@@ -4,7 +4,9 @@ Each generated token is counted under three labels (see core/types.py): purpose 
 profile, oracle, eval), fate (open -> trained / discarded / scored, or aborted, pruned, carried) and
 kind (decoded, draft, shared). Only the step driver writes here: it charges every engine result when
 it comes back (fate "open") and settles fates when the step's batch is known. Engines and planners
-never touch the ledger.
+never touch the ledger. How a fate moves through a rollout's lineage (a resumed row's carried prefix, a
+TreePO tree's shared nodes, an accepted SPEC-RL draft) is written here too (`move_group`): the data
+types in core/types.py only hold what the ledger reads.
 
 The budget of a run is `budget_tokens()`: decoded tokens of every purpose except eval and oracle (the
 oracle planner's measurements are off the books by design; eval is reported apart), plus
@@ -21,7 +23,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from .types import FATES, KINDS, PURPOSES
+from .types import FATES, KINDS, PURPOSES, Group, Rollout
 
 OFF_BUDGET = ("eval", "oracle")
 DECODED_KINDS = ("decoded", "shared")  # a shared tree prefix was decoded (once): it costs as decoded
@@ -50,7 +52,7 @@ class Ledger:
         never charged twice, and a hand-made or restored one is never settled as if charged)."""
         acc: dict = {}
         for g in groups:
-            g.move("new", "open", acc)
+            move_group(g, "new", "open", acc)
         for (purpose, kind, _, _), (n, tok) in acc.items():
             self._add(purpose, "open", kind, n, tok)
         self.prompt_tokens += int(prompt_tokens)
@@ -61,6 +63,22 @@ class Ledger:
         self.learner_tokens += int(stats.pop("learner_tokens", 0))
         self.old_logprob_tokens += int(stats.pop("old_logprob_tokens", 0))
         self.ref_logprob_tokens += int(stats.pop("ref_logprob_tokens", 0))
+
+    def charge_verified(self, prompt_tokens: int, draft_tokens: int) -> None:
+        """A verification prefill (SPEC-RL): its prompt tokens, and every draft token it scored, accepted
+        or not (the budget weights those by `draft_cost`)."""
+        self.prompt_tokens += int(prompt_tokens)
+        self.verified_tokens += int(draft_tokens)
+
+    def charge_scoring(self, prompt_tokens: int) -> None:
+        """A prefill-only scoring pass over prompts (HIVE, DOTS)."""
+        self.scoring_tokens += int(prompt_tokens)
+
+    def count_reused(self, groups, trained_now: int) -> None:
+        """Tokens of a trained batch that were generated in an earlier step (`trained_now`: those of this
+        step's, which settling them just returned). A TreePO tree's shared nodes are held by several leaves
+        but generated once: counted once, not as reused."""
+        self.reused_tokens += _held_once(groups) - trained_now
 
     def work(self) -> dict[str, float]:
         """Every kind of work so far, as bench/costs.py `compute_units` prices it: decode (every generated
@@ -88,7 +106,7 @@ class Ledger:
                 raise ValueError(f"unknown fate {fate!r}; expected one of {FATES}")
         acc: dict = {}
         for g in groups:
-            g.move(frm, to, acc)
+            move_group(g, frm, to, acc)
         for (purpose, kind, src, fate), (n, tok) in acc.items():  # src: frm, or "carried" for a prefix
             self._add(purpose, src, kind, -n, -tok)
             self._add(purpose, fate, kind, n, tok)
@@ -175,6 +193,105 @@ class Ledger:
         self.draft_cost = float(s.get("draft_cost", 1.0))
         self.verified_tokens = int(s.get("verified_tokens", 0))
         self.seconds = {k: float(v) for k, v in s["seconds"].items()}
+
+
+# ---- moving fates: through a rollout's lineage, or a count-level group's segments -------------------
+def move_group(g: Group, frm: str, to, acc: dict) -> None:
+    """Set a new fate on the group's rollouts of fate `frm`: `to` is a fate, or {purpose: fate} (purposes
+    not in it stay). What moved is added to acc[(purpose, kind, from, to)] = [rollouts, tokens]: a rollout
+    counts once, under the kind of its first token-kind entry. A resumed rollout carries its own new
+    tokens only and counts as no new rollout: its prefix (`lineage.prefix`, charged when generated and
+    "carried" since) follows it to the same fate. A prefix that was never charged (a draft accepted by
+    SPEC-RL's verification, fate "new") is charged with its continuation, as the rollout, and shares its
+    fate from then on. A count-level group (the simulator's) moves by its Segments, all decoded."""
+    segs = g.segments()
+    if segs is not None:
+        for s in segs:  # (hot: three times per group per step at 10^5-10^6 simulated groups)
+            if s.fate != frm:
+                continue
+            fate = to if type(to) is str else to.get(s.purpose)
+            if fate is None:
+                continue
+            s.fate = fate
+            key = (s.purpose, "decoded", frm, fate)
+            c = acc.get(key)
+            if c is None:
+                acc[key] = [s.n, s.tokens]
+            else:
+                c[0] += s.n
+                c[1] += s.tokens
+        return
+    for r in g.rollouts:
+        if r.fate != frm:
+            continue
+        fate = to if type(to) is str else to.get(r.purpose)
+        if fate is not None:
+            _move_rollout(r, frm, fate, acc)
+
+
+def _move_rollout(r, frm: str, fate: str, acc: dict) -> None:
+    """One rollout to a new fate (and its carried prefix chain with it), counted into acc."""
+    r.fate = fate
+    pre = r.lineage.prefix if type(r) is Rollout else None
+    if pre is not None and frm == "new" and pre.lineage.tree_path is not None:  # a branch of a tree (TreePO)
+        _branch(r, pre, acc)
+    first = r.lineage.new_rollout if pre is not None else 1
+    for kind, tok in r.tokens_by_kind().items():
+        key = (r.purpose, kind, frm, fate)
+        c = acc.get(key)
+        if c is None:
+            acc[key] = [first, tok]
+        else:
+            c[0] += first
+            c[1] += tok
+        first = 0
+    if pre is None:
+        return
+    if pre.fate == frm:  # a draft prefix (SPEC-RL), never charged on its own: charged with it, same fate
+        _move_rollout(pre, frm, fate, acc)
+    elif frm != "new" and pre.fate == "carried" and fate != "carried":  # settling, not charging
+        _move_rollout(pre, "carried", fate, acc)
+
+
+def _branch(r: Rollout, parent: Rollout, acc: dict) -> None:
+    """A tree branch is being charged (TreePO). Every branch after a node's first is a rollout of its
+    own (a tree of n leaves counts n rollouts), and the ancestors its planner marked as shared
+    (`lineage.share`: several leaves use them) move their tokens, already charged as decoded, to kind
+    "shared" the first time one of their branches is charged: decoded once, counted once."""
+    r.lineage.new_rollout = int(parent.lineage.branched)
+    parent.lineage.branched = True
+    node = parent
+    while node is not None:
+        own = node.tokens_by_kind()
+        if node.lineage.share and node.fate == "open" and "shared" not in own:
+            for kind, tok in own.items():
+                _add_to(acc, (node.purpose, kind, "new", "open"), 0, -tok)
+            _add_to(acc, (node.purpose, "shared", "new", "open"), 0, sum(own.values()))
+            node.lineage.tokens_by_kind = {"shared": sum(own.values())}
+        node = node.lineage.prefix
+
+
+def _add_to(acc: dict, key: tuple, n: int, tok: int) -> None:
+    c = acc.setdefault(key, [0, 0])
+    c[0] += n
+    c[1] += tok
+
+
+def _held_once(groups) -> int:
+    """The tokens these groups' rollouts hold, a prefix that two of them continue counted once (the
+    shared nodes of a TreePO tree are trained in every leaf but were generated once)."""
+    seen: set[int] = set()
+    held = 0
+    for g in groups:  # one pass: the simulator's count-level groups continue no prefix
+        held += g.tokens
+        for pre in g.prefixes():
+            while pre is not None:
+                if id(pre) in seen:
+                    held -= pre.num_tokens  # this prefix and all its ancestors are held already
+                    break
+                seen.add(id(pre))
+                pre = pre.lineage.prefix
+    return held
 
 
 def _from_purposes(counts: dict, with_kind: bool) -> list:

@@ -335,69 +335,31 @@ class Group:
             out[v] = out.get(v, 0) + 1
         return out
 
-    # ---- what the Ledger uses (the simulator's count-level groups answer without rollouts) -------
+    def segments(self) -> "list[Segment] | None":
+        """Its rollouts as count-level Segments, or None when it holds them one by one (every group but
+        the simulator's, until something reads its rollouts). The ledger moves fates through either."""
+        return None
+
     def move(self, frm: str, to, acc: dict) -> None:
-        """Set a new fate on this group's rollouts of fate `frm`: `to` is a fate, or {purpose: fate}
-        (purposes not in it stay). What moved is added to acc[(purpose, kind, from, to)] = [rollouts,
-        tokens]: a rollout counts once, under the kind of its first token-kind entry. A resumed rollout
-        carries its own new tokens only and counts as no new rollout: its prefix (`lineage.prefix`,
-        charged when generated and "carried" since) follows it to the same fate. A prefix that was
-        never charged (a draft accepted by SPEC-RL's verification, fate "new") is charged with its
-        continuation, as the rollout, and shares its fate from then on."""
-        for r in self.rollouts:
-            if r.fate != frm:
-                continue
-            fate = to if type(to) is str else to.get(r.purpose)
-            if fate is not None:
-                _move_rollout(r, frm, fate, acc)
+        """Removed in 0.4: fates are moved by the ledger (`rollwise.core.ledger.move_group`)."""
+        raise AttributeError("Group.move was removed in 0.4: use rollwise.core.ledger.move_group(group, frm, to, acc)")
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "move" in cls.__dict__:  # the ledger would never call it: say so instead of counting wrongly
+            raise TypeError(f"{cls.__name__}.move: groups no longer move their own fates (0.4); a count-level "
+                            "group returns Segments from segments() and rollwise.core.ledger moves them")
 
 
-def _move_rollout(r, frm: str, fate: str, acc: dict) -> None:
-    """One rollout to a new fate (and its carried prefix chain with it), counted into acc."""
-    r.fate = fate
-    pre = r.lineage.prefix if type(r) is Rollout else None
-    if pre is not None and frm == "new" and pre.lineage.tree_path is not None:  # a branch of a tree (TreePO)
-        _branch(r, pre, acc)
-    first = r.lineage.new_rollout if pre is not None else 1
-    for kind, tok in r.tokens_by_kind().items():
-        key = (r.purpose, kind, frm, fate)
-        c = acc.get(key)
-        if c is None:
-            acc[key] = [first, tok]
-        else:
-            c[0] += first
-            c[1] += tok
-        first = 0
-    if pre is None:
-        return
-    if pre.fate == frm:  # a draft prefix (SPEC-RL), never charged on its own: charged with it, same fate
-        _move_rollout(pre, frm, fate, acc)
-    elif frm != "new" and pre.fate == "carried" and fate != "carried":  # settling, not charging
-        _move_rollout(pre, "carried", fate, acc)
+@dataclass(slots=True, eq=False)
+class Segment:
+    """Rollouts known by their totals only (a count-level group's, the simulator's): `n` rollouts of one
+    purpose, all decoded, with `tokens` tokens between them and one fate, which the ledger moves."""
 
-
-def _branch(r: Rollout, parent: Rollout, acc: dict) -> None:
-    """A tree branch is being charged (TreePO). Every branch after a node's first is a rollout of its
-    own (a tree of n leaves counts n rollouts), and the ancestors its planner marked as shared
-    (`lineage.share`: several leaves use them) move their tokens, already charged as decoded, to kind
-    "shared" the first time one of their branches is charged: decoded once, counted once."""
-    r.lineage.new_rollout = int(parent.lineage.branched)
-    parent.lineage.branched = True
-    node = parent
-    while node is not None:
-        own = node.tokens_by_kind()
-        if node.lineage.share and node.fate == "open" and "shared" not in own:
-            for kind, tok in own.items():
-                _add_to(acc, (node.purpose, kind, "new", "open"), 0, -tok)
-            _add_to(acc, (node.purpose, "shared", "new", "open"), 0, sum(own.values()))
-            node.lineage.tokens_by_kind = {"shared": sum(own.values())}
-        node = node.lineage.prefix
-
-
-def _add_to(acc: dict, key: tuple, n: int, tok: int) -> None:
-    c = acc.setdefault(key, [0, 0])
-    c[0] += n
-    c[1] += tok
+    purpose: str
+    n: int
+    tokens: int
+    fate: str = "new"
 
 
 @dataclass

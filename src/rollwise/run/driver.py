@@ -181,8 +181,7 @@ class StepDriver:
                                                                list(temperatures))
         logp_NT, ent_NT = logp_NT.cpu(), ent_NT.cpu()  # the drafts' scores are rollout data: on the CPU
         lens = [len(d) for d in drafts_T]
-        self.ledger.prompt_tokens += sum(len(p) for p in prompt_ids)
-        self.ledger.verified_tokens += sum(lens)
+        self.ledger.charge_verified(sum(len(p) for p in prompt_ids), sum(lens))
         return ([logp_NT[i, :k].detach() for i, k in enumerate(lens)], [ent_NT[i, :k] for i, k in enumerate(lens)],
                 self.policy.version)
 
@@ -190,9 +189,10 @@ class StepDriver:
         """The policy's prefill-only prompt statistics (HIVE, DOTS), their prompt tokens charged as scoring."""
         ent, emb = self.policy.prompt_stats(texts)
         try:
-            self.ledger.scoring_tokens += sum(len(self.policy.encode(t)) for t in texts)
+            tokens = sum(len(self.policy.encode(t)) for t in texts)
         except Exception:  # noqa: BLE001 - a policy without a tokenizer interface: count characters
-            self.ledger.scoring_tokens += sum(len(t) for t in texts)
+            tokens = sum(len(t) for t in texts)
+        self.ledger.charge_scoring(tokens)
         return ent, emb
 
     # ---- one step ---------------------------------------------------------------------------
@@ -250,7 +250,7 @@ class StepDriver:
         trained_now = led.settle(batch.groups, "open", "trained")
         if led.count(fate="carried") or led.count_rollouts(fate="carried"):  # partial rows of earlier steps
             trained_now += led.settle(batch.groups, "carried", "trained")
-        led.reused_tokens += sum(g.tokens for g in batch.groups) - _shared_twice(batch.groups) - trained_now
+        led.count_reused(batch.groups, trained_now)
         in_batch = {id(g) for g in batch.groups}  # trained whole: nothing of theirs is left open
         led.settle([g for g in self._generated if id(g) not in in_batch], "open", NOT_TRAINED)
         if partial:  # a resumed group that finished and was filtered out: its carried rows were discarded
@@ -260,19 +260,3 @@ class StepDriver:
             raise RuntimeError("a planner dropped rollouts from a group in place, so their tokens cannot be "
                                "settled; return a new Group from finish() instead of editing one")
 
-
-def _shared_twice(groups: list[Group]) -> int:
-    """Tokens that rollouts of these groups hold through a prefix another of them already holds (the
-    shared nodes of a TreePO tree, trained in every leaf but generated once): not reused from an
-    earlier step. 0 unless two rollouts continue the same prefix object."""
-    seen: set[int] = set()
-    twice = 0
-    for g in groups:
-        for pre in g.prefixes():
-            while pre is not None:
-                if id(pre) in seen:
-                    twice += pre.num_tokens  # this prefix and all its ancestors are held already
-                    break
-                seen.add(id(pre))
-                pre = pre.lineage.prefix
-    return twice

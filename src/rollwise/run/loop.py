@@ -50,7 +50,7 @@ from .checkpoint import CKPT, CKPT_FORMAT, read_checkpoint, to_cpu, to_plain
 from .guard import FiniteGuard
 from .loggers import open_loggers
 from .progress import Heartbeat
-from .records import finite_row, rows_upto, write_atomic, write_rows
+from .records import finite_row, ledger_view, rows_upto, step_row, write_atomic, write_rows
 from .rundir import OutLock, read_run_config
 from .staleness import StalenessPolicy
 from .stall import StallWatch
@@ -144,32 +144,15 @@ class Trainer:
 
     def ledger_view(self) -> dict:
         """The ledger's figures for a metrics row (taken right after a step's rollouts are settled)."""
-        led = self.ledger
-        return {"tokens": led.budget_tokens(), "rollouts": led.budget_rollouts(),
-                **{f"tokens_{k}": v for k, v in led.legacy_tokens().items()},
-                **{f"rollouts_{k}": v for k, v in led.legacy_rollouts().items()},
-                "tokens_reused": led.reused_tokens, **led.compute_counts(),
-                "compute": self.budget.spent(led).compute, **led.breakdown()}
+        return ledger_view(self.ledger, self.budget)
 
     def step_row(self, ctx: StepContext, out, view: dict, tokens_before: int) -> dict:
-        """One metrics.jsonl row for a trained step."""
-        stats, batch = out.stats, out.batch
+        """One metrics.jsonl row for a trained step (records.step_row, shared with the simulator)."""
         self._warn_reward_failures(ctx.step + 1)
-        self.skip_streak = self.skip_streak + 1 if stats.get("skipped") else 0
-        sizes = [g.n for g in batch.groups] or [0]
-        generated = list(ctx.groups.values())
-        self._warn_no_variance(ctx.step + 1, generated)
-        return {"step": ctx.step + 1, "tokens": view["tokens"], "step_tokens": view["tokens"] - tokens_before,
-                "rollouts": view["rollouts"], "prompts": len(generated),
-                "zero_var_frac_gen": sum(g.zero_variance for g in generated) / max(len(generated), 1),
-                "reward_mean": float(np.mean([r.reward for g in generated for r in g.rollouts] or [0])),
-                # responses cut at their length limit (finish reason "length") before EOS
-                "truncated_frac": float(np.mean([r.finish_reason == "length" for g in generated for r in g.rollouts]
-                                                or [0])),
-                "group_min": min(sizes), "group_mean": float(np.mean(sizes)), "group_max": max(sizes),
-                **{k: v for k, v in view.items() if k not in ("tokens", "rollouts")},
-                **out.staleness, **out.persist, **ctx.metrics, **stats, "reward_errors": self.scorer.errors,
-                "skipped_steps": self.guard.skipped}
+        self.skip_streak = self.skip_streak + 1 if out.stats.get("skipped") else 0
+        self._warn_no_variance(ctx.step + 1, list(ctx.groups.values()))
+        return step_row(ctx, out, view, tokens_before,
+                        extra={"reward_errors": self.scorer.errors, "skipped_steps": self.guard.skipped})
 
     NO_VARIANCE_STEPS, NO_VARIANCE_FRAC = 3, 0.9  # warn in the first 3 steps if >= 90% of groups are equal
 

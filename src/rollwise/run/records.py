@@ -1,12 +1,20 @@
-"""The one reader of a run's record, `metrics.jsonl`: every tool that reads rows (the trainer on resume,
-the bench and its report, the simulator's calibration, the benchmark scripts) reads them here, so a
-cut or damaged line is treated the same way everywhere."""
+"""A run's record, `metrics.jsonl`: its rows are built here and read here.
+
+Built: `step_row` makes the row of a trained step for the trainer and the simulator alike, from the same
+objects (the step's context and outcome, the ledger's view), so a field means the same thing on both.
+What only one side can know is declared (`ONLY`, `NULL_IN_SIM`) and checked when a row is built.
+
+Read: every tool that reads rows (the trainer on resume, the bench and its report, the simulator's
+calibration, the benchmark scripts) reads them here, so a cut or damaged line is treated the same way
+everywhere."""
 from __future__ import annotations
 
 import json
 import math
 import os
 from pathlib import Path
+
+import numpy as np
 
 METRICS = "metrics.jsonl"
 
@@ -17,6 +25,76 @@ def metrics_path(where: str | Path) -> Path:
     return p / METRICS if p.is_dir() or p.suffix != ".jsonl" else p
 
 
+# ---- building a step's row (the trainer's and the simulator's) ----------------------------------------
+# Fields only one side has. The trainer: its reward function's failures, the updates its finite guard
+# undid, the staleness of the trained rows (the simulator's steps are synchronous and on-policy: it
+# skips that pass), and the compute counts with their priced `compute` (the simulator's learner counts
+# response tokens only, so its rows carry none and a compute budget is never read from them; its
+# summary keeps prompt_tokens and learner_tokens as before). The simulator: its timing model's seconds and rounds, and its dynamics' count of
+# trained groups that carried a learning signal (`trained_groups` is `batch_groups`, kept for old readers).
+# Besides these, a row carries its learner's own stats as the learner reports them (the torch learner's
+# loss, entropy, grad_norm, ...; the simulator's dynamics report none) and its planner's (`ctx.metrics`).
+COMPUTE = ("prompt_tokens", "learner_tokens", "old_logprob_tokens", "ref_logprob_tokens", "scoring_tokens", "compute")
+ONLY = {"trainer": ("reward_errors", "skipped_steps", "staleness_max", "staleness_mean", *COMPUTE),
+        "sim": ("trained_groups", "informative_trained", "rounds", "sim_gen_s", "sim_learn_s")}
+# Fields the simulator cannot know, null in its rows: it has no response text to cut at a length limit.
+NULL_IN_SIM = ("truncated_frac",)
+
+
+def ledger_view(ledger, budget=None) -> dict:
+    """The ledger's figures for a metrics row (taken right after a step's rollouts are settled). Without
+    a Budget to price them (run/budget.py: the simulator) the COMPUTE fields are left out."""
+    led = ledger
+    compute = {} if budget is None else {**led.compute_counts(), "compute": budget.spent(led).compute}
+    return {"tokens": led.budget_tokens(), "rollouts": led.budget_rollouts(),
+            **{f"tokens_{k}": v for k, v in led.legacy_tokens().items()},
+            **{f"rollouts_{k}": v for k, v in led.legacy_rollouts().items()},
+            "tokens_reused": led.reused_tokens, **compute, **led.breakdown()}
+
+
+def step_row(ctx, out, view: dict, tokens_before: int, *, counts_only: bool = False, extra: dict | None = None,
+             side: str = "trainer") -> dict:
+    """The metrics row of a trained step. `ctx`: its StepContext (the groups generated, the planner's
+    metrics); `out`: the driver's StepOutcome; `view`: `ledger_view` after the step; `tokens_before`: the
+    budget tokens before it. `counts_only`: the groups are count-level (the simulator's, binary rewards):
+    the mean reward comes from their counts and `truncated_frac` is null. `extra`: the fields only this
+    `side` has, which must be the ones ONLY declares for it."""
+    generated = list(ctx.groups.values())
+    batch = out.batch.groups
+    sizes = [g.n for g in batch] or [0]
+    zv_gen = None
+    if counts_only:
+        v = out.visits  # the generated groups as columns (the driver's), empty ones left out
+        reward_mean, truncated = int(v.correct.sum()) / max(int(v.n.sum()), 1), None
+        if len(v) == len(generated):  # none empty: the same groups, counted without a pass over them
+            zv_gen = int(v.zero_variance.sum())
+    else:
+        reward_mean = float(np.mean([r.reward for g in generated for r in g.rollouts] or [0]))
+        # responses cut at their length limit (finish reason "length") before EOS
+        truncated = float(np.mean([r.finish_reason == "length" for g in generated for r in g.rollouts] or [0]))
+    extra = extra or {}
+    if set(extra) - set(ONLY[side]):
+        raise ValueError(f"metrics row: fields {sorted(set(extra) - set(ONLY[side]))} are not declared for the "
+                         f"{side} (run/records.py ONLY): declare them, or build them for both sides")
+    if zv_gen is None:
+        zv_gen = sum(g.zero_variance for g in generated)
+    # the batch's groups and zero-variance share as its learner saw them (the torch learner's stats, after
+    # any recomposition; the simulator's dynamics report them too), from the batch if it does not say
+    if "batch_groups" in out.stats and "zero_var_frac" in out.stats:
+        batch_groups, zv_batch = out.stats["batch_groups"], out.stats["zero_var_frac"]
+    else:
+        batch_groups, zv_batch = len(batch), sum(g.zero_variance for g in batch) / max(len(batch), 1)
+    return {"step": ctx.step + 1, "tokens": view["tokens"], "step_tokens": view["tokens"] - tokens_before,
+            "rollouts": view["rollouts"], "prompts": len(generated),
+            "zero_var_frac_gen": zv_gen / max(len(generated), 1),
+            "reward_mean": reward_mean, "truncated_frac": truncated,
+            "group_min": min(sizes), "group_mean": float(np.mean(sizes)), "group_max": max(sizes),
+            "batch_groups": batch_groups, "zero_var_frac": zv_batch,
+            **{k: v for k, v in view.items() if k not in ("tokens", "rollouts")},
+            **out.staleness, **out.persist, **ctx.metrics, **out.stats, **extra}
+
+
+# ---- reading ---------------------------------------------------------------------------------------
 def read_rows(where: str | Path, *, live: bool = False) -> tuple[list[dict], int | None]:
     """(rows, the number of a last line cut short or None). A missing file has no rows. The last line
     without a newline after it that is not JSON is a write cut short (a killed run, or with `live` one

@@ -6,23 +6,24 @@ group's n, number correct and tokens. So:
 
   * `SimGroup` is a `Group` whose samples live in the numpy arrays of the engine round that made them
     (one "segment" per round, several when a planner grows a group in stages). n, num_correct,
-    zero_variance, tokens, mean_length, mean_entropy, rewards and the ledger's moves are computed
-    from counts. The `rollouts` list is built only when something reads it (AR3PO, AERO, DEPO, E3,
+    zero_variance, tokens, mean_length, mean_entropy and rewards are computed from counts, and the
+    ledger moves fates by segment (`Group.segments()`). The `rollouts` list is built only when something reads it (AR3PO, AERO, DEPO, E3,
     Pilot-Commit do), as `LightRollout`s; from then on that list is the truth and the counts are
     derived from it, so a planner that edits it (reuse, trimming) sees plain Group semantics.
   * `SimPool` is a read-only sequence of `Prompt`s made on demand (a list of 10^7 Prompt objects
     would cost gigabytes); Prompt.id indexes the population arrays and PromptHistory.
   * `SimEngine` implements the Engine protocol (generate/engine.py) and never touches the ledger: the
-    step driver charges and settles SimGroups through the same `move` as any Group.
+    step driver charges and settles SimGroups through the ledger like any Group (by their Segments).
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..core.registry import register
-from ..core.types import Group, LightRollout, Prompt, Request
+from ..core.types import Group, LightRollout, Prompt, Request, Segment
 from ..generate.engine import Finished
 from .population import Population
 from .timing import RoundTiming, TimingModel
@@ -48,20 +49,26 @@ class _Block:
                 for p, L, ok, h, t in zip(pid, ln, c, e, tr)]
 
 
-# a segment: [block, lo, hi, purpose, tokens, fate]; fate is mutable (the driver settles it)
-_BLOCK, _LO, _HI, _PURPOSE, _TOKENS, _FATE = range(6)
+@dataclass(slots=True, eq=False)
+class _Samples(Segment):
+    """A Segment that knows where its samples are: rows lo:hi of an engine round's block."""
+
+    block: _Block | None = None
+    lo: int = 0
+    hi: int = 0
 
 
 class SimGroup(Group):
     """A Group that carries counts; its rollouts are materialised only when read."""
 
+    _meta: dict | None = None  # class defaults: most simulated groups never set them (fewer writes per group)
+    _list: list | None = None
+
     def __init__(self, prompt: Prompt, block: _Block, lo: int, hi: int, purpose: str,
                  num_correct: int, tokens: int, entropy_sum: float):
         self.prompt = prompt
-        self._meta = None
-        self._segs = [[block, lo, hi, purpose, tokens, "new"]]
+        self._segs = [_Samples(purpose, hi - lo, tokens, "new", block, lo, hi)]
         self._n, self._c, self._tok, self._ent = hi - lo, num_correct, tokens, entropy_sum
-        self._list: list | None = None
 
     @property
     def meta(self) -> dict:  # made on first use: most simulated groups never carry any
@@ -74,8 +81,8 @@ class SimGroup(Group):
     def rollouts(self) -> list:
         if self._list is None:
             out = []
-            for b, lo, hi, purpose, _, fate in self._segs:
-                out.extend(b.rollouts(lo, hi, purpose, fate))
+            for s in self._segs:
+                out.extend(s.block.rollouts(s.lo, s.hi, s.purpose, s.fate))
             self._list = out
             self._segs = []
         return self._list
@@ -138,29 +145,13 @@ class SimGroup(Group):
         if self._list is not None:
             return Group.versions(self)
         out: dict[int, int] = {}
-        for seg in self._segs:
-            v = seg[_BLOCK].version
-            out[v] = out.get(v, 0) + seg[_HI] - seg[_LO]
+        for s in self._segs:
+            v = s.block.version
+            out[v] = out.get(v, 0) + s.n
         return out
 
-    # ---- what the ledger uses, by counts while not materialised -------------------------------
-    def move(self, frm: str, to, acc: dict) -> None:
-        if self._list is not None:
-            return Group.move(self, frm, to, acc)
-        for seg in self._segs:  # (hot: runs three times per group per step at 10^5-10^6 groups)
-            if seg[5] != frm:
-                continue
-            fate = to if type(to) is str else to.get(seg[3])
-            if fate is None:
-                continue
-            seg[5] = fate
-            key = (seg[3], "decoded", frm, fate)
-            c = acc.get(key)
-            if c is None:
-                acc[key] = [seg[2] - seg[1], seg[4]]
-            else:
-                c[0] += seg[2] - seg[1]
-                c[1] += seg[4]
+    def segments(self) -> list | None:
+        return self._segs if self._list is None else None
 
     # ---- in-place growth ------------------------------------------------------------------
     def extend(self, other: "SimGroup") -> None:

@@ -3,7 +3,7 @@
 `Simulator.train_step` runs the one step driver (run/driver.py) with the simulator's engine in place of
 the torch engine and `DynamicsLearner` (the population model's update on the trained groups' counts,
 see dynamics.py) in place of the learner: the same planner hooks in the same order, the same ledger
-charging and settling, the same PromptHistory rows. Groups stay count-level (SimGroup), so 1M prompts
+charging and settling, the same PromptHistory rows, the same metrics row (run/records.py step_row). Groups stay count-level (SimGroup), so 1M prompts
 x 1,000 steps runs in seconds.
 
 Planners that need a real model (`needs_policy`: HIVE's prompt entropy, DOTS' embeddings, CurES with
@@ -22,6 +22,7 @@ from ..core.history import GroupStats, PromptHistory
 from ..core.ledger import Ledger
 from ..core.types import Batch
 from ..run.driver import StepDriver
+from ..run.records import ledger_view, step_row
 from .dynamics import Dynamics, DynamicsConfig
 from .engine import SimEngine, SimPool
 from .population import Population, PopulationConfig
@@ -50,7 +51,9 @@ class DynamicsLearner:
         b = GroupStats.of(batch.groups, drop_empty=False)
         dyn = self.dynamics.update(self.version, b.prompt, b.n, b.correct, self.batch_size)
         self.version += 1
-        return {"learner_tokens": int(b.tokens.sum()), "informative_groups": dyn["informative_groups"]}
+        k = len(b)  # the batch as the torch learner's stats report it (the metrics row reads them)
+        return {"learner_tokens": int(b.tokens.sum()), "informative_groups": dyn["informative_groups"],
+                "batch_groups": k, "zero_var_frac": int(b.zero_variance.sum()) / max(k, 1)}
 
 
 @dataclass
@@ -113,28 +116,20 @@ class Simulator:
         # simulated system time of the step
         gen_s = sum(t.seconds for _, t in self.engine.rounds)
         learn_s = self.timing.learn_seconds(learner_tokens)
-        zv = int(gen.zero_variance.sum())
-        batch_zv = int(GroupStats.of(batch.groups, drop_empty=False).zero_variance.sum())
-        gen_n = int(gen.n.sum())
-        informative = out.stats.get("informative_groups", 0)
+        informative = out.stats.pop("informative_groups", 0)  # the dynamics' count, a field of the sim's own
         tot = self.totals
         tot["gen_s"] += gen_s
         tot["learn_s"] += learn_s
         tot["groups"] += len(gen)
-        tot["zero_var_groups"] += zv
+        tot["zero_var_groups"] += int(gen.zero_variance.sum())
         tot["trained_groups"] += len(batch.groups)
         tot["informative_trained"] += informative
         tot["rounds"] += len(self.engine.rounds)
         tot["util_x_s"] += sum(t.util * t.seconds for _, t in self.engine.rounds)
         self.step += 1
-        return {"step": self.step, "tokens": self.ledger.budget_tokens(),
-                "step_tokens": self.ledger.budget_tokens() - tokens_before,
-                "rollouts": self.ledger.budget_rollouts(), "prompts": len(gen),
-                "zero_var_frac_gen": zv / max(len(gen), 1), "trained_groups": len(batch.groups),
-                "batch_groups": len(batch.groups), "zero_var_frac": batch_zv / max(len(batch.groups), 1),
-                "reward_mean": int(gen.correct.sum()) / max(gen_n, 1), **out.persist,
-                "informative_trained": informative, "rounds": len(self.engine.rounds),
-                "sim_gen_s": gen_s, "sim_learn_s": learn_s, **ctx.metrics}
+        return step_row(ctx, out, ledger_view(self.ledger), tokens_before, counts_only=True, side="sim",
+                        extra={"trained_groups": len(batch.groups), "informative_trained": informative,
+                               "rounds": len(self.engine.rounds), "sim_gen_s": gen_s, "sim_learn_s": learn_s})
 
     # ---- the run ---------------------------------------------------------------------------
     def run(self, steps: int | None = None, log=None) -> dict:
