@@ -6,7 +6,10 @@ temperature 1 with pass@k), with the share of train-pool prompts whose 8 samples
 wrong or mixed. OUT/curve.json holds the rows; CPU seconds are process time (the machine is shared).
 
     python benchmarks/testbed_search.py --task remainder --steps 1500 --every 250 --out runs/testbed_ws
-Then RL from a snapshot: `rollwise train --model runs/testbed_ws/step_750 --task remainder ...`.
+Then RL from a snapshot: `rollwise train --model runs/testbed_ws/step_750 --task remainder ...`, and
+
+    python benchmarks/testbed_search.py --summarize RUN_DIR [RUN_DIR ...] > runs.json
+keeps each run's settings that were varied and its evaluation rows (the search's record).
 """
 from __future__ import annotations
 
@@ -46,7 +49,28 @@ def snapshot_stats(policy, task, samples: int, pool_n: int, seed: int = 1) -> di
             "pool_mixed": float(((rate > 0) & (rate < 1)).mean())}
 
 
+def summarize(dirs: list[str]) -> dict:
+    """Each RL run's varied settings and its evaluation rows, from its config.json and metrics.jsonl."""
+    out = {}
+    for d in dirs:
+        cfg = json.loads((Path(d) / "config.json").read_text())
+        rows = [json.loads(line) for line in open(Path(d) / "metrics.jsonl")]
+        keep = ("step", "tokens", "compute", "eval_acc", "eval_se", "eval_sampled_acc@2", "eval_len_mean")
+        out[Path(d).name] = {
+            "model": Path(cfg["model"]).name if cfg.get("model") else None,
+            "task_options": cfg["task_options"], "batch_size": cfg["batch_size"], "n": cfg["n"],
+            "lr": cfg["learner"]["lr"],
+            "evals": [{k: r[k] for k in keep if k in r} for r in rows if "eval_acc" in r],
+            "zero_var_frac_first3": [r["zero_var_frac"] for r in rows[1:4] if "zero_var_frac" in r]}
+    return out
+
+
 def main() -> None:
+    import sys
+
+    if "--summarize" in sys.argv:
+        print(json.dumps(summarize([a for a in sys.argv[1:] if a != "--summarize"]), indent=1))
+        return
     from rollwise.core.registry import get
     from rollwise.policy.warmstart import WarmStartConfig, deterministic, supervised_warm_start
     import rollwise.tasks  # noqa: F401  (registers the tasks)
