@@ -57,7 +57,7 @@ import numpy as np
 from ..core.history import PromptHistory
 from ..core.ledger import Ledger
 from ..core.types import Batch, Group, Prompt, Request
-from .capabilities import Capability, Partial, Resumable, Speculator, Watcher, WaveWatch, check, find
+from .capabilities import Capability, Partial, Resumable, Speculator, Staged, Watcher, WaveWatch, check, find
 
 
 @dataclass
@@ -158,6 +158,37 @@ class Component:
 
     def load_state_dict(self, state: dict) -> None:
         pass
+
+
+# `allocate` hooks that only hold prompts back (n = 0: replay, depo, dots) or scale the n they are given
+# (arrol's over-provision); every other overridden `allocate` sets each prompt's n by a rule of its own
+KEEPS_N = frozenset({"replay", "depo", "dots", "arrol"})
+
+
+def sets_n(c: Component) -> bool:
+    """Does component `c` set each prompt's number of rollouts by a rule of its own? (PODS only with its `n`.)"""
+    if type(c).allocate is Component.allocate or c.name in KEEPS_N:
+        return False
+    return not (c.name == "pods" and getattr(c, "n", None) is None)
+
+
+def refuse_allocators(me: Component, before: list[Component], after: list[Component]) -> None:
+    """For a `compose` hook of a component that sets each prompt's n: refuse, one line naming both, another
+    component that sets it too (one would overwrite the other, or its stages spend beyond the budget), and
+    arrol before it (arrol over-provisions the n it is given and prunes back to it: it must see the final n)."""
+    for o in before + after:
+        if not sets_n(o):
+            continue
+        if find([o], Staged):
+            why = (f"{o.name} is a staged sampler that sizes each prompt's group itself (its `more` adds "
+                   f"rollouts by the group's pass rate, beyond the n {me.name} allocates)")
+        else:
+            why = "both set each prompt's number of rollouts (allocate), so one would overwrite the other"
+        raise ValueError(f"{me.name} does not compose with {o.name}: {why}")
+    for o in before:
+        if o.name == "arrol":
+            raise ValueError(f"{me.name} does not compose with arrol before it: arrol over-provisions the n it is "
+                             f"given and prunes back to it, so it must come after {me.name} ({me.name}+arrol)")
 
 
 class PoolSampler:

@@ -37,6 +37,12 @@ Deviations [INF]:
     budget the step's tokens, not implemented.
   * A budget smaller than n_min per visited prompt is exceeded (n_min is a floor), not an error.
 
+Composes with selectors before it (greso+knapsack), filters and in-flight control after it (knapsack+dapo,
+knapsack+duet-abort, knapsack+arrol), PODS without its own n (knapsack+pods) and components that hold
+prompts back with n = 0 (replay, depo, dots: such a prompt keeps 0, the budget is the rest's).
+`compose` refuses by name another component that sets each prompt's n (vip, cures, e3, speed-rl, ...),
+a staged sampler (ar3po, aero, dars: their stages spend beyond the budget) and arrol before it.
+
 Defaults [INF, scaled to the embedded n = 8; the paper's range was not read]: n_min = 2 (the code's
 default), n_max = 4n, alpha = 0.9 (the code's default), fallback on.
 Cost: O(K (n_max - n_min) budget) per step for K prompts (numpy over the budget axis).
@@ -49,7 +55,7 @@ import numpy as np
 
 from ..core.registry import register
 from ..core.types import Prompt
-from .base import Component, StepContext
+from .base import Component, StepContext, refuse_allocators
 
 
 def value(n, p):
@@ -138,10 +144,19 @@ class KnapsackRL(Component):
             return ns
         if ctx.history is None:
             raise ValueError("knapsack needs the prompt history (each prompt's last pass rate); this host has none")
-        ids = np.array([p.id for p in prompts], dtype=np.int64)
-        p = ctx.history.last_pass_rate(ids)
+        ns_K = np.asarray(ns, np.int64)
+        live = np.flatnonzero(ns_K > 0)  # n = 0: held back by another component (replay, depo); keeps 0
+        if len(live) == 0:
+            return ns
+        p = ctx.history.last_pass_rate(np.array([prompts[i].id for i in live], dtype=np.int64))
         n_max = self.n_max if self.n_max is not None else 4 * ctx.n
-        out = allocate_knapsack(p, np.asarray(ns, np.int64), self.n_min, n_max, self.alpha, self.fallback)
+        out = allocate_knapsack(p, ns_K[live], self.n_min, n_max, self.alpha, self.fallback)
         ctx.metrics["knapsack/max_n"] = float(out.max())
         ctx.metrics["knapsack/min_n"] = float(out.min())
-        return [int(k) for k in out]
+        ns_K[live] = out
+        return [int(k) for k in ns_K]
+
+    def compose(self, before: list, after: list) -> None:
+        """Another component that sets each prompt's n (vip, cures, speed-rl, pods with its n, ...) and a staged
+        sampler (ar3po, aero, dars: stages beyond the budget) are refused by name, as is arrol before it."""
+        refuse_allocators(self, before, after)

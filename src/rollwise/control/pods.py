@@ -32,13 +32,14 @@ m = n // 2 (at least 2) when not given, so a default PODS group trains half the 
 (WAVE3: report rows per trained group; compare with GRPO at the nearest n).
 Composes with selectors before it (greso+pods), with allocation (knapsack+pods: each group of n_i is
 trimmed to m) and after anything that grows a group in `finish` (speed-rl+pods: the screening rows are
-candidates too; put pods last). `pods+speed-rl` would trim before the screening rows are added.
+candidates too; put pods last). `compose` refuses `pods+speed-rl` (it would trim before the screening rows
+are added) and, when PODS is given its own `n`, every other component that sets each prompt's n.
 """
 from __future__ import annotations
 
 from ..core.registry import register
 from ..core.types import Group, Prompt
-from .base import Component, StepContext
+from .base import Component, StepContext, refuse_allocators
 from .pilot_commit import max_variance_subset
 
 
@@ -51,6 +52,17 @@ class PODS(Component):
         if n is not None and (n < 1 or (m is not None and n < m)):
             raise ValueError(f"pods: need n >= m >= 2, not n={n}, m={m}")
         self.m, self.n = m, n
+
+    def compose(self, before: list, after: list) -> None:
+        """With its own `n`, PODS sets each prompt's n: another component that does too is refused by name
+        (control/base.py, refuse_allocators). speed-rl after PODS is refused: it adds its screening rows in
+        `finish`, after PODS has trimmed."""
+        if self.n is not None:
+            refuse_allocators(self, before, after)
+        for o in after:
+            if o.name == "speed-rl":
+                raise ValueError("pods does not compose with speed-rl after it: pods would trim each group before "
+                                 "speed-rl adds its screening rows (finish); put pods last (speed-rl+pods)")
 
     def keep(self, ctx: StepContext) -> int:
         return self.m if self.m is not None else max(2, ctx.n // 2)

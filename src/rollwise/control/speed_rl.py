@@ -44,15 +44,17 @@ Deviations [INF]:
 Defaults: n_init = 4 [PAPER]; n_cont = n - n_init [INF: the embedded n = 8 gives 4 + 4 = 8 rows per
 trained group, the same as GRPO's n; the paper's 4 + 20 = 24 is for long math rollouts]; p_low = 0,
 p_high = 1 [PAPER: exclude 0% and 100%]; oversample = 2 candidates per needed prompt, max_age = 1 [INF].
-Composes with selectors before it (greso+speed-rl) and with trimming after it (speed-rl+pods: the
-screening rows are in the group PODS down-samples). A later `allocate` (knapsack, cures, ar3po) would
-override n_cont; put those before it or not at all.
+Composes with selectors before it (greso+speed-rl), with trimming after it (speed-rl+pods: the
+screening rows are in the group PODS down-samples), with filters (speed-rl+dapo) and in-flight control
+(speed-rl+duet-abort, speed-rl+arrol). `compose` refuses by name another component that sets each
+prompt's n (knapsack, vip, cures, e3, pods with its own n, ...: a later one overrides n_cont, an earlier
+one is overridden by it), a staged sampler (ar3po, aero, dars), arrol before it, and replay.
 """
 from __future__ import annotations
 
 from ..core.registry import register
 from ..core.types import Batch, Group, Prompt, Request, Rollout
-from .base import Component, StepContext
+from .base import Component, StepContext, refuse_allocators
 
 
 @register("planner", "speed-rl", provenance="PAPER+INF",
@@ -73,6 +75,17 @@ class SpeedRL(Component):
         # qualified prompts not yet trained: prompt id -> {"step": screened at, "rollouts": screening samples}
         self.kept: dict[int, dict] = {}
         self._chosen: dict[int, list[Rollout]] = {}  # this step: prompt id -> its screening samples
+
+    def compose(self, before: list, after: list) -> None:
+        """Refused by name: another component that sets each prompt's n (knapsack, vip, cures, ...: one
+        would overwrite n_cont or be overwritten by it), a staged sampler (ar3po, aero, dars), arrol before
+        it (control/base.py, refuse_allocators), and replay (below)."""
+        refuse_allocators(self, before, after)
+        for o in before + after:
+            if o.name == "replay":
+                raise ValueError("speed-rl does not compose with replay: replay holds drawn prompts back with n = 0, "
+                                 "but every prompt speed-rl chose is already screened (before speed-rl its n_cont "
+                                 "undoes the hold-back; after it the screening samples would never train)")
 
     def qualifies(self, group: Group) -> bool:
         """The screen: p_low < pass rate < p_high (the paper: neither 0% nor 100% correct)."""

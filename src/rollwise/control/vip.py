@@ -34,9 +34,10 @@ steps, length_scale = 4 steps, s2 = 0.05, n_min = 2, n_max = 4n. Metrics: `vip/m
 `vip/p_mean` (mean prediction of the step's prompts).
 
 Composes with selectors before it (greso+vip), filters and in-flight control after it (vip+duet-abort,
-vip+dapo), PODS (vip+pods) and DAS (vip+das). Another allocator after it (ar3po's, knapsack's) would
-overwrite its n, and one before it is overwritten; the hooks cannot refuse that by name yet
-(docs/methods_beyond.md, "What the hooks cannot express yet").
+vip+dapo), PODS (vip+pods), DAS (vip+das), arrol after it (vip+arrol) and components that hold prompts
+back with n = 0 (replay, depo, dots: a prompt that comes with n = 0 keeps it and the budget is the rest's).
+Another allocator (ar3po's, knapsack's, speed-rl's) would overwrite its n or be overwritten, and a staged
+sampler would spend beyond its budget: `compose` refuses them by name.
 """
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ import numpy as np
 
 from ..core.registry import register
 from ..core.types import Prompt
-from .base import Component, StepContext
+from .base import Component, StepContext, refuse_allocators
 
 
 def gp_success(steps: np.ndarray, correct: np.ndarray, n: np.ndarray, at: float, prior: float, s2: float,
@@ -112,15 +113,9 @@ class VIP(Component):
         self.length_scale, self.s2 = float(length_scale), float(s2)
 
     def compose(self, before: list, after: list) -> None:
-        """Another component that sets each prompt's n would overwrite VIP's allocation (after it) or be
-        overwritten (before it): refused by name. PODS without its own n passes n through; replay only
-        holds back prompts beyond its fresh quota."""
-        for o in before + after:
-            sets_n = type(o).allocate is not Component.allocate and o.name != "replay" and \
-                not (o.name == "pods" and getattr(o, "n", None) is None)
-            if sets_n:
-                raise ValueError(f"vip does not compose with {o.name}: both set each prompt's number of rollouts "
-                                 "(allocate), so one would overwrite the other")
+        """Another component that sets each prompt's n (knapsack, ar3po, cures, speed-rl, ...) is refused by
+        name, as is arrol before it (control/base.py, refuse_allocators)."""
+        refuse_allocators(self, before, after)
 
     def predict(self, ids: list[int], ctx: StepContext) -> np.ndarray:
         """Each prompt's GP prediction of its success probability at this step (see the module)."""
@@ -142,8 +137,14 @@ class VIP(Component):
             return ns
         if ctx.history is None:
             raise ValueError("vip needs the prompt history (each prompt's recent pass rates); this host has none")
-        p = self.predict([q.id for q in prompts], ctx)
+        live = [i for i, k in enumerate(ns) if k > 0]  # n = 0: held back by another component (replay, depo)
+        if not live:
+            return ns
+        p = self.predict([prompts[i].id for i in live], ctx)
         n_max = self.n_max if self.n_max is not None else 4 * ctx.n
         out = allocate_variance(p, int(sum(ns)), self.n_min, max(n_max, self.n_min))
         ctx.metrics.update({"vip/max_n": float(out.max()), "vip/min_n": float(out.min()), "vip/p_mean": float(p.mean())})
-        return [int(k) for k in out]
+        res = [0] * len(ns)
+        for i, k in zip(live, out):
+            res[i] = int(k)
+        return res

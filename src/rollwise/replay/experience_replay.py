@@ -39,8 +39,15 @@ Metrics: `replay/fresh` (prompts generated fresh), `replay/replayed`, `replay/ag
 
 Composes with selectors (greso+replay), stages (ar3po+replay: AR3PO's stages on the fresh prompts only),
 filters (replay+dapo: DAPO's refills are fresh prompts, which replay holds at n = 0 once its quota is
-drawn, so they end the step instead) and in-flight control (replay+duet-abort). Refused by name:
-`popo` (both fill the batch from a buffer of their own: a group could be replayed twice in one batch).
+drawn, so they end the step instead) and in-flight control (replay+duet-abort). Allocators after it
+(replay+knapsack, replay+vip) keep the n = 0 of the prompts it holds back and spend the fresh prompts'
+budget. Refused by name: `popo` (both fill the batch from a buffer of their own: a group could be
+replayed twice in one batch) and, by speed-rl's `compose`, `speed-rl` (its chosen prompts are screened).
+
+Limitation: a held-back prompt is used up from the epoch's pass (PoolSampler) without being generated,
+as is every prompt a DAPO refill round draws once the quota is met: the Planner draws batch_size prompts
+before any hook runs, and no hook sets that number (docs/methods_beyond.md, "What the hooks cannot
+express yet").
 """
 from __future__ import annotations
 
