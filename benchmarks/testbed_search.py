@@ -55,7 +55,7 @@ def summarize(dirs: list[str]) -> dict:
     for d in dirs:
         cfg = json.loads((Path(d) / "config.json").read_text())
         rows = [json.loads(line) for line in open(Path(d) / "metrics.jsonl")]
-        keep = ("step", "tokens", "compute", "eval_acc", "eval_se", "eval_sampled_acc@2", "eval_len_mean")
+        keep = ("step", "tokens", "compute", "eval_acc", "eval_se", "eval_sampled_acc@2", "eval_pass@1", "eval_len_mean")
         out[Path(d).name] = {
             "model": Path(cfg["model"]).name if cfg.get("model") else None,
             "task_options": cfg["task_options"], "batch_size": cfg["batch_size"], "n": cfg["n"],
