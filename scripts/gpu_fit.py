@@ -12,12 +12,12 @@ Bytes, for N parameters, L layers, width d, MLP width f, vocabulary V, T tokens 
                                 MLP gate/up/act/product), an estimate
   logits       18 T V           bf16 logits, their float32 copy, log_softmax, its gradient and the entropy's
                                 exp (Policy.response_logprobs), the peak of the loss's last step
-  guard        4 N + 12 P       run/loop.py's FiniteGuard copies the model's state (the frozen base too) and
-                                AdamW's before every update, on the device, to undo a non-finite one
+  guard        12 P             run/guard.py's FiniteGuard copies the trained parameters (the adapter) and
+                                AdamW's moments before every update, on the device, to undo a non-finite one
 Sampling (the torch engine, between updates) adds its KV cache: 2 L h_kv d_head x 4 bytes (float32) per
 token of every row in flight. A KL reference policy (kl_coef > 0) adds another 4 N. Full fine-tuning
-instead of LoRA: 16 N for weights, gradients and AdamW's moments. A model fits when the learner's total is
-under 90% of the GPU's memory (the CUDA context, allocator fragmentation and the engine's cache need the rest).
+instead of LoRA: 16 N for weights, gradients and AdamW's moments, and 12 N for the guard's copy. A model
+fits when the learner's total is under 90% of the GPU's memory (the CUDA context, allocator fragmentation and the engine's cache need the rest).
 """
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def estimate(shape, tokens: int, rank: int) -> dict:
     n = V * d * (1 if tied else 2) + L * (sum(i * o for i, o in linears) + 2 * d) + d
     lora = rank * L * sum(i + o for i, o in linears)
     parts = {"weights": 4 * n, "lora": 16 * lora, "checkpoints": 4 * L * tokens * d,
-             "layer": tokens * (24 * d + 8 * f), "logits": 18 * tokens * V, "guard": 4 * n + 12 * lora}
+             "layer": tokens * (24 * d + 8 * f), "logits": 18 * tokens * V, "guard": 12 * lora}
     return {"params": n, "total": sum(parts.values()), "kv_per_token": 2 * L * dkv * 4, **parts}
 
 

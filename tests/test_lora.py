@@ -144,3 +144,43 @@ def test_lora_bf16_checkpointed_update_on_cuda_and_engine_logprobs():
     logp, _, _ = pol.response_logprobs([r.prompt_ids for r in rs], [r.token_ids_T.tolist() for r in rs])
     for i, r in enumerate(rs):  # float32 sampling and scoring of the same module (TF32 off by default)
         assert torch.allclose(r.logprobs_T, logp[i, : r.num_tokens].detach().cpu(), atol=1e-4), i
+
+
+def test_lora_trains_on_a_file_task_and_exports_the_adapter(tmp_path):
+    """`rollwise train --task file --model HF` with learner.lora: 2 steps that learn, a checkpoint holding the
+    adapter, and `rollwise export --adapter` giving a peft adapter that loads over the base and carries the
+    trained weights (its logits are the run's, not the base model's)."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from rollwise.cli import main
+
+    hf = hf_checkpoint(tmp_path)
+    rows = [{"prompt": f"what is {a}+{b}?", "answer": str(a + b)} for a, b in ((1, 2), (3, 4), (5, 6), (7, 1))]
+    (tmp_path / "t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "h.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:2]))
+    run = tmp_path / "run"
+    args = ["train", "--task", "file", "--model", str(hf), "--out", str(run), "--steps", "2",
+            "--reward", "rewards_for_tests:by_length",  # varies within a group: every step learns
+            "--set", f"task_options.train_path={tmp_path / 't.jsonl'}",
+            "--set", f"task_options.heldout_path={tmp_path / 'h.jsonl'}",
+            "--set", "batch_size=2", "--set", "n=4", "--set", "max_new_tokens=6", "--set", "eval_every=0",
+            "--set", f"learner={json.dumps({'lora': LORA, 'lr': 1e-2})}"]
+    assert main(args) == 0
+    metrics = read(run / "metrics.jsonl")
+    assert [r["updated"] for r in metrics] == [1, 1] and all(r["learn_rows"] > 0 for r in metrics)
+    ck = torch.load(run / "checkpoint.pt", weights_only=True)
+    assert any("lora_B" in k for k in ck["model"])
+    assert main(["export", "--model", str(run), "--out", str(tmp_path / "adapter"), "--adapter"]) == 0
+    assert (tmp_path / "adapter" / "adapter_config.json").exists()
+    trained = Policy.load(hf)
+    Learner(trained, LearnerConfig(lora=LORA))  # the run's peft wrapping, then its checkpointed weights
+    trained.model.load_state_dict(ck["model"])
+    ids = torch.tensor([[5, 6, 7, 8, 9]])
+    with torch.no_grad():
+        want = trained.model.eval()(input_ids=ids).logits
+        base = AutoModelForCausalLM.from_pretrained(hf, local_files_only=True).eval()
+        before = base(input_ids=ids).logits
+        adapted = PeftModel.from_pretrained(base, tmp_path / "adapter").eval()
+        got = adapted(input_ids=ids).logits
+    assert torch.allclose(got, want, atol=1e-5) and not torch.allclose(got, before, atol=1e-3)

@@ -13,34 +13,65 @@ from ..policy.policy import Policy
 
 class FiniteGuard:
     """Wraps the learner for the driver: an update whose loss, gradient norm or any other statistic, or
-    whose new logits (on a few of the batch's sequences) are not finite is undone: weights, optimizer,
-    learner RNG and estimator state go back to before it, and it counts in `skipped`. A snapshot is taken
-    before each update: one copy of the weights and optimizer state, about 0.3% of a step of the embedded
-    model on a CPU."""
+    whose new logits (on a few of the batch's sequences) are not finite is undone: trained weights,
+    optimizer, learner RNG and estimator state go back to before it, and it counts in `skipped`.
+
+    What is kept to undo a step, and when (the logits can only be probed after the step, so finite
+    statistics alone cannot prove a step safe: `learner.lr=1e10` gives finite gradients and overflowing
+    logits):
+    - before each update: the learner's small state (minibatch RNG, estimator tracker, recomposer buffer)
+      and the policy version;
+    - just before the update's first optimizer step (an optimizer pre-step hook), so an update that steps
+      nothing copies nothing: the parameters the optimizer trains and its state, cloned on their own
+      device (no device-to-host copy). Frozen weights (a LoRA run's base model) and buffers are not
+      copied, since no step changes them. `snapshot_bytes` is the size of the last such copy: under full
+      fine-tuning with AdamW, 3x the trained weights; under LoRA, 3x the adapter's."""
 
     PROBE_ROWS = 4
 
     def __init__(self, learner: Learner, policy: Policy):
         self.learner, self.policy = learner, policy
         self.skipped = 0
+        self.snapshot_bytes = 0
+        self._trained: list[torch.Tensor] = []  # the optimizer's parameters, at the first step of an update
+        self._snap: tuple | None = None  # (weights, optimizer state) before that step; None until taken
+        self._hook = learner.opt.register_step_pre_hook(self._before_step)
 
     @property
     def version(self) -> int:
         return self.learner.version
 
     def update(self, batch) -> dict:
-        snap = (_clone(self.policy.model.state_dict()), _clone(self.learner.state_dict()), self.policy.version)
+        small = (_clone({k: v for k, v in self.learner.state_dict().items() if k != "opt"}), self.policy.version)
+        self._snap = None
         stats = self.learner.update(batch)
         if not stats.get("updated"):  # nothing changed
             return stats
         bad = [k for k, v in stats.items() if isinstance(v, float) and not math.isfinite(v)]
         if not bad and self._finite_logits(batch):
             return stats
-        self.policy.model.load_state_dict(snap[0])
-        self.learner.load_state_dict(snap[1])
-        self.policy.version = snap[2]
+        if self._snap is not None:  # an optimizer step was taken: put back what it changed
+            weights, opt = self._snap
+            with torch.no_grad():
+                for p, w in zip(self._trained, weights):
+                    p.copy_(w)
+        else:
+            opt = self.learner.opt.state_dict()
+        self.learner.load_state_dict({**small[0], "opt": opt})
+        self.policy.version = small[1]
+        self._snap = None
         self.skipped += 1
         return {**stats, "updated": 0, "skipped": 1}
+
+    def _before_step(self, opt: torch.optim.Optimizer, args, kwargs) -> None:
+        """Optimizer pre-step hook: keep the trained weights and optimizer state once per update."""
+        if self._snap is not None:
+            return
+        self._trained = [p for g in opt.param_groups for p in g["params"]]
+        weights = _clone(self._trained)
+        state = _clone(opt.state_dict())
+        self._snap = (weights, state)
+        self.snapshot_bytes = sum(w.numel() * w.element_size() for w in weights) + _tensor_bytes(state)
 
     @torch.no_grad()
     def _finite_logits(self, batch) -> bool:
@@ -62,3 +93,13 @@ def _clone(x):
     if isinstance(x, (list, tuple)):
         return type(x)(_clone(v) for v in x)
     return copy.deepcopy(x)
+
+
+def _tensor_bytes(x) -> int:
+    if isinstance(x, torch.Tensor):
+        return x.numel() * x.element_size()
+    if isinstance(x, dict):
+        return sum(_tensor_bytes(v) for v in x.values())
+    if isinstance(x, (list, tuple)):
+        return sum(_tensor_bytes(v) for v in x)
+    return 0
