@@ -248,3 +248,26 @@ def test_bad_arm_settings_are_refused_before_the_plan_is_recorded(tmp_path, caps
     err = capsys.readouterr().err
     assert "arms.greso:" in err and "batch_size" in err and err.count("\n") == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_plan_runs_end_on_the_compute_budget_and_evaluate_at_each_share_of_it(tmp_path):
+    """WAVE3: the compute budget under the plan's profile ends a run and spaces its evaluations; the token
+    budget is only a cap. (The simulator counts tokens only: its runs keep the token budget.)"""
+    from rollwise.bench.runner import run_settings
+    from rollwise.run.config import load_config
+
+    p = planmod.parse_plan(PLAN.replace("engine: sim\n", ""))
+    cfg = planmod.arm_config(p, "greso", tmp_path)
+    s = run_settings(cfg, "default", "greso", p.seeds[0])
+    assert s["budget_compute"] == 4000 and s["cost_profile"] == "gpu-h100-v1"
+    assert s["eval_every_compute"] == pytest.approx(4000 / p.evaluations) and s["eval_every_tokens"] == 0
+    assert s["budget_tokens"] == 6000  # the cap
+    load_config(None, s)  # a config the loop takes
+    sim = planmod.arm_config(planmod.parse_plan(PLAN), "greso", tmp_path)
+    assert "budget_compute" not in run_settings(sim, "default", "greso", 0)
+
+
+@pytest.mark.parametrize("key", ["budget_tokens", "eval_every_compute", "cost_profile", "task_options.split"])
+def test_an_arm_may_not_set_what_makes_the_arms_comparable(key):
+    with pytest.raises(planmod.PlanError, match=f"arms.greso: set: '{key}' is the plan's to set"):
+        planmod.parse_plan(PLAN.replace("  greso: {planner: greso}", f"  greso: {{planner: greso, set: {{{key}: 1}}}}"))

@@ -27,6 +27,9 @@ KINDS = ("exploratory", "confirmatory")
 PRIMARY = ("greedy", "pass@k", "sampled")
 SPLITS = ("test", "validation")
 KIND_SPLIT = {"exploratory": "validation", "confirmatory": "test"}  # tuning reads validation, reports read test
+# run settings an arm may not override: they are what makes the arms comparable
+PLAN_KEYS = ("planner", "seed", "task", "steps", "budget_tokens", "budget_compute", "cost_profile", "eval_every",
+             "eval_every_tokens", "eval_every_compute", "eval_size", "eval_k", "eval_samples")
 TOP_FIELDS = {"name", "kind", "task", "data_seed", "baseline", "arms", "seeds", "budget", "evaluation", "family",
               "decision", "chosen_from", "engine", "sim_profile", "pool_size", "notes"}
 REQUIRED = ("name", "kind", "task", "data_seed", "baseline", "arms", "seeds", "budget", "evaluation", "family",
@@ -56,10 +59,10 @@ class Plan:
     seeds: list[int]
     budget_compute: float  # compute units under `profile`: where figures are read (bench/costs.py)
     profile: str
-    budget_tokens: int  # the token budget that ends each run today (recorded alongside)
+    budget_tokens: int  # a cap on generated tokens (the compute budget ends runs; the simulator's end here)
     split: str
     eval_size: int
-    evaluations: int  # evaluations per run, evenly spaced in budget tokens
+    evaluations: int  # evaluations per run, evenly spaced in compute units (tokens on the simulator)
     eval_k: int
     eval_samples: int
     primary: str
@@ -172,6 +175,12 @@ def parse_plan(text: str, where: str = "plan") -> Plan:
         settings = _need(a, "set", dict, aw, {}, required=False)
         if any(not isinstance(k, str) for k in settings):
             raise PlanError(f"{aw}: 'set' keys must be config keys (strings)")
+        for key in settings:
+            if key in PLAN_KEYS or key in ("task_options.data_seed", "task_options.split") or (
+                    key == "task_options" and isinstance(settings[key], dict)
+                    and {"data_seed", "split"} & set(settings[key])):
+                raise PlanError(f"{aw}: set: {key!r} is the plan's to set (its budget, evaluation, seeds, task "
+                                "and data split are the same for every arm)")
         offset = _need(a, "seed_offset", int, aw, 0, required=False)
         arms[arm_name] = Arm(arm_name, planner, dict(settings), offset)
     baseline = _need(doc, "baseline", str, where)
@@ -325,6 +334,11 @@ def arm_config(plan: Plan, arm: str, out: Path, jobs: int = 2) -> BenchConfig:
     return BenchConfig(out=str(out / "arms" / safe_name(arm)), planners=[a.planner], mixes=["default"],
                        seeds=len(seeds), seed_values=seeds, budget_tokens=plan.budget_tokens, jobs=jobs,
                        eval_tokens=max(plan.budget_tokens // plan.evaluations, 1), eval_size=plan.eval_size,
+                       # WAVE3: the compute budget ends a run, evaluated at every 1/evaluations of it; the
+                       # simulator counts tokens only, so its runs keep the token budget
+                       **({} if plan.engine == "sim" else
+                          {"budget_compute": plan.budget_compute, "cost_profile": plan.profile,
+                           "eval_compute": plan.budget_compute / plan.evaluations}),
                        pool_size=plan.pool_size, extra=extra, engine=plan.engine, sim_profile=plan.sim_profile,
                        task=plan.task, task_options=task_options(plan))
 

@@ -2,8 +2,10 @@
 what is done and what is left. Core-hours, since every run is one process on one core.
 
 A run's seconds are, in order of preference: the mean measured seconds (done.json) of the arm's finished
-runs; of any finished run of the bench; or the CPU cost profile's estimate, from its validation run
-(measured seconds per decoded token of a GRPO run on this machine, times the budget tokens, plus the
+runs; of any finished run of the bench; or the CPU cost profile's estimate: the plan's compute units at
+the profile's seconds per unit (a rough figure: the plan's profile weighs decode, prefill and the learner
+otherwise than this CPU does) or, for the simulator's token-ended runs, its validation run's measured
+seconds per decoded token times the budget tokens; plus the
 evaluations: (evaluations + 1) x eval_size x (1 + samples per prompt) rollouts of the validation run's mean
 length, at its decode seconds per token). The profile's figures come from arithmetic (10-token
 responses); a task with longer responses or another planner moves them, which the first finished
@@ -31,7 +33,10 @@ def profile_run_seconds(plan: Plan, cpu_profile: str = DEFAULT_CPU_PROFILE) -> f
     v = prof.extra.get("validation", {})
     if "measured_s_per_decode_token" not in v or prof.seconds_per_unit is None:
         raise ValueError(f"cost profile {cpu_profile} has no measured validation figures to estimate from")
-    train = plan.budget_tokens * v["measured_s_per_decode_token"]
+    if plan.budget_compute:  # the compute budget ends the run: its units at the CPU profile's price of one
+        train = plan.budget_compute * prof.seconds_per_unit  # (the plan's profile weighs work otherwise: rough)
+    else:
+        train = plan.budget_tokens * v["measured_s_per_decode_token"]
     evals = (plan.evaluations + 1) * plan.eval_size * (1 + plan.samples_per_prompt())
     return train + evals * v["decode_tokens_per_rollout"] * prof.seconds_per_unit
 

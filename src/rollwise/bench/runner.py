@@ -60,6 +60,11 @@ class BenchConfig:
     budget_tokens: int = 40_000  # the recorded protocol (README, benchmarks/results/bench_full)
     jobs: int = 2
     eval_tokens: int = 0  # evaluate after each multiple of this many generated tokens (0: budget / 10)
+    # Bench 3.0 (shared/WAVE3.md): runs end on compute units under `cost_profile` and are evaluated at
+    # every `eval_compute`; `budget_tokens` is then only a cap. 0: the token budget alone (earlier benches)
+    budget_compute: float = 0.0
+    eval_compute: float = 0.0
+    cost_profile: str = "gpu-h100-v1"
     eval_size: int = 1000
     # Small enough that a run revisits every prompt ~3 times within the budget: history-based selection
     # (GRESO, Prompt Replay, CDAS, ...) needs prompts to come back, as they do over the papers' epochs.
@@ -121,8 +126,16 @@ def run_settings(cfg: BenchConfig, mix: str, planner: str, seed: int) -> dict:
         **({"task": cfg.task} if cfg.task != "arithmetic" else {}),
         "task_options": {**pool_options(cfg, mix), **cfg.task_options},
         **({"engine": cfg.engine} if cfg.engine != "torch" else {}),
+        **(compute_settings(cfg) if cfg.budget_compute else {}),
         **extra,
     }
+
+
+def compute_settings(cfg: BenchConfig) -> dict:
+    """A compute-ended run (a plan's): it stops once `budget_compute` units are spent and is evaluated at
+    every `eval_compute` of them, not at token multiples."""
+    return {"budget_compute": float(cfg.budget_compute), "cost_profile": cfg.cost_profile, "eval_every_tokens": 0,
+            "eval_every_compute": float(cfg.eval_compute or cfg.budget_compute / 10)}
 
 
 def pool_options(cfg: BenchConfig, mix: str) -> dict:

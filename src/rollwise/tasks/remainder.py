@@ -31,13 +31,13 @@ its share first, and the pool gets what is left (notes() counts it).
 """
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..core.registry import register
 from ..core.types import Prompt
+from ._splits import stream_seed
 
 QUOTIENTS = ((3, 5), (6, 9), (10, 15), (16, 24), (25, 36), (37, 54))  # subtractions per level (inclusive)
 MARK = ":"  # the final answer follows the last MARK
@@ -78,11 +78,6 @@ def final_answer(response: str) -> str | None:
     return tail.strip() if mark else None
 
 
-def stream_seed(data_seed: int, purpose: str) -> int:
-    """The seed of one purpose's stream: a hash, so streams of nearby data seeds share nothing."""
-    return int.from_bytes(hashlib.sha256(f"rollwise-remainder:{data_seed}:{purpose}".encode()).digest()[:4], "big")
-
-
 @register("task", "remainder", provenance="INF",
           summary="remainder by repeated subtraction with a scratchpad (Bench 3.0 testbed; long responses)")
 @dataclass
@@ -105,6 +100,9 @@ class RemainderTask:
     # 1500 steps of 32, about 8 CPU-minutes, built once and cached when no base is shipped
     warmstart_defaults = {"block_size": 256, "batch_size": 32, "steps": 1500}
     sft_group_by_length = True  # warm-start batches of similar lengths (less padding)
+    # `rollwise bench --task remainder`: the budget of the testbed search's runs (24 steps of 32 x 8, ~3.6
+    # core-minutes with evaluations) and the task's own pool (each prompt seen about once in a run)
+    bench_defaults = {"budget_tokens": 500_000, "eval_size": 200, "pool_size": 1000}
 
     def __post_init__(self):
         if self.check not in CHECKS:
