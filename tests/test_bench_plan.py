@@ -271,3 +271,22 @@ def test_plan_runs_end_on_the_compute_budget_and_evaluate_at_each_share_of_it(tm
 def test_an_arm_may_not_set_what_makes_the_arms_comparable(key):
     with pytest.raises(planmod.PlanError, match=f"arms.greso: set: '{key}' is the plan's to set"):
         planmod.parse_plan(PLAN.replace("  greso: {planner: greso}", f"  greso: {{planner: greso, set: {{{key}: 1}}}}"))
+
+
+def test_also_against_compares_an_arm_with_another_arm_described_not_decided(tmp_path):
+    """WAVE3: an arm that trains more rows per group than the baseline is also compared with GRPO at the
+    nearest n. The comparison pairs by plan seed, reads the same primary figure and stays out of Holm."""
+    text = PLAN.replace("  greso: {planner: greso}", "  greso: {planner: greso, also_against: [grpo-aa]}")
+    f = write(tmp_path, text)
+    out = tmp_path / "out"
+    assert main(["bench", "--plan", str(f), "--out", str(out)]) == 0
+    arms = json.loads((out / "summary.json").read_text())["arms"]
+    also = arms["greso"]["also"]["grpo-aa"]
+    assert also["seeds_paired"] == 6
+    # greso's AUC minus grpo-aa's, seed by seed: the difference of their means against the same baseline
+    assert also["primary"]["diff"] == pytest.approx(arms["greso"]["mean_auc"] - arms["grpo-aa"]["mean_auc"])
+    assert "p_holm" not in also and "Also compared" in (out / "report.md").read_text()
+    for bad, message in ((["grpo"], "also_against 'grpo' must be another arm, not the baseline"),
+                         (["nope"], "also_against 'nope' must be another arm"), ([{"x": 1}], "must be another arm")):
+        with pytest.raises(planmod.PlanError, match=message):
+            planmod.parse_plan(PLAN.replace("  greso: {planner: greso}", f"  greso: {{planner: greso, also_against: {bad}}}"))

@@ -46,6 +46,9 @@ class Arm:
     planner: str  # a planner spec: components joined by '+'
     settings: dict = field(default_factory=dict)  # config overrides, as `--set KEY=VALUE`
     seed_offset: int = 0  # run seed = plan seed + offset (A/A: a second GRPO under other seed labels)
+    # other arms it is also compared with, described and never decided (WAVE3: an arm that trains more
+    # rows per group than the baseline's n is also compared with GRPO at the nearest n)
+    also_against: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -166,10 +169,10 @@ def parse_plan(text: str, where: str = "plan") -> Plan:
         if not isinstance(arm_name, str) or not re.fullmatch(r"[A-Za-z0-9._-]+", arm_name):
             raise PlanError(f"{where}: arm name {arm_name!r} must be letters, digits, '.', '_' or '-'")
         if not isinstance(a, dict):
-            raise PlanError(f"{aw} must be a mapping with 'planner' (and optional 'set', 'seed_offset')")
-        bad = sorted(set(a) - {"planner", "set", "seed_offset"})
+            raise PlanError(f"{aw} must be a mapping with 'planner' (and optional 'set', 'seed_offset', 'also_against')")
+        bad = sorted(set(a) - {"planner", "set", "seed_offset", "also_against"})
         if bad:
-            raise PlanError(f"{aw}: unknown field {bad[0]!r}; an arm has planner, set, seed_offset")
+            raise PlanError(f"{aw}: unknown field {bad[0]!r}; an arm has planner, set, seed_offset, also_against")
         planner = _need(a, "planner", str, aw)
         _check_planner(planner, aw)
         settings = _need(a, "set", dict, aw, {}, required=False)
@@ -182,10 +185,16 @@ def parse_plan(text: str, where: str = "plan") -> Plan:
                 raise PlanError(f"{aw}: set: {key!r} is the plan's to set (its budget, evaluation, seeds, task "
                                 "and data split are the same for every arm)")
         offset = _need(a, "seed_offset", int, aw, 0, required=False)
-        arms[arm_name] = Arm(arm_name, planner, dict(settings), offset)
+        also = _need(a, "also_against", list, aw, [], required=False)
+        arms[arm_name] = Arm(arm_name, planner, dict(settings), offset, tuple(also))
     baseline = _need(doc, "baseline", str, where)
     if baseline not in arms:
         raise PlanError(f"{where}: baseline {baseline!r} is not among the arms ({', '.join(arms)})")
+    for a in arms.values():
+        for other in a.also_against:
+            if not isinstance(other, str) or other not in arms or other in (a.name, baseline):
+                raise PlanError(f"{where}: arms.{a.name}: also_against {other!r} must be another arm, not the baseline "
+                                f"(arms: {', '.join(arms)})")
     seeds = _seeds(doc["seeds"], where)
     runs = {}
     for a in arms.values():  # two arms on the same planner and seeds would be the same runs

@@ -65,6 +65,21 @@ def rows_per_group(rows: list[dict]) -> float:
     return float(np.mean(per)) if per else float("nan")
 
 
+def also_against(plan: Plan, runs: dict, arm: str, other: str, axis, rng) -> dict:
+    """The arm against another arm than the baseline (e.g. GRPO at the group size the arm trains), paired by
+    plan seed: the primary figure's difference and its uncorrected sign-flip p. Described, never decided."""
+    a, b = runs[arm], runs[other]
+    paired = [i for i in range(len(plan.seeds)) if a[i] is not None and b[i] is not None]
+    if not paired:
+        return {"seeds_paired": 0}
+    budget = plan.budget_compute
+    fb = np.array([stats.auc(axis(b[i]), budget) for i in paired])
+    fa = np.array([stats.auc(axis(a[i]), budget) for i in paired])
+    return {"seeds_paired": len(paired), "primary": stats.paired_difference(fb, fa, rng),
+            "p": stats.sign_flip_p(fa - fb, rng),
+            "rows_per_group": float(np.mean([rows_per_group(b[i]["rows"]) for i in paired]))}
+
+
 def summarize_plan(plan: Plan, out: Path, bootstrap_seed: int = 0, power_sims: int = 400) -> dict:
     profile = costs.load_profile(plan.profile)
     metric = plan.metric()
@@ -133,6 +148,7 @@ def summarize_plan(plan: Plan, out: Path, bootstrap_seed: int = 0, power_sims: i
             "rows_per_group": float(np.mean([rows_per_group(rs[i]["rows"]) for i in paired])),
             "rows_per_group_base": float(np.mean([rows_per_group(base[i]["rows"]) for i in paired])),
             "diff_sd": sd, "power": power,
+            "also": {o: also_against(plan, runs, arm, o, axis, rng) for o in plan.arms[arm].also_against},
         }
     # Holm over the whole preregistered family: an arm without results yet counts with p = 1, so a
     # partial report is never less strict than the final one
@@ -218,6 +234,14 @@ def markdown(summary: dict) -> str:
         lines[-1] += (f"{d['verdict']} | {_ratio(g)} | {sens} | "
                       f"{'yes' if d.get('goal_met') else 'no'} | {_d(d['token_budget_diff'])} | "
                       f"{_rpg(d['rows_per_group'])} ({_rpg(d['rows_per_group_base'])}) |")
+    also = [(a, o, x) for a, d in summary["arms"].items() for o, x in d.get("also", {}).items() if x.get("seeds_paired")]
+    if also:
+        lines += ["", "Also compared, described and not decided (uncorrected p; e.g. GRPO at the group size the arm "
+                  "trains):", "", "| arm | against | seeds | Δ primary [95% CI] | p (sign-flip, uncorrected) | "
+                  "rows/group (theirs) |", "|---|---|---|---|---|---|"]
+        for a, o, x in also:
+            lines.append(f"| {a} | {o} | {x['seeds_paired']} | {_d(x['primary'])} | {x['p']:.4f} | "
+                         f"{_rpg(summary['arms'][a]['rows_per_group'])} ({_rpg(x['rows_per_group'])}) |")
     lines += ["", "Compute-to-target with each cost ratio halved / doubled (point estimates):", "",
               "| arm | " + " | ".join(k for k in costs.RATIOS if k != "decode") + " |",
               "|---" * len(costs.RATIOS) + "|"]
