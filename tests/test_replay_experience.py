@@ -133,3 +133,34 @@ def test_trainer_runs_ar3po_with_replay_and_charges_the_learner(tmp_path):
     assert led.count(fate="open") == 0
     # the learner ran over every trained token, the replayed ones among them (prompt + response, 1 epoch)
     assert led.learner_tokens >= led.count("train", "trained") + led.reused_tokens
+
+
+def test_a_step_draws_only_the_prompts_it_generates_so_an_epoch_visits_every_prompt():
+    """draws(): 8 prompts, B = 4, fresh = .5. Step 0 (empty buffer) draws and generates 4; later steps
+    draw and generate only their quota, so the epoch's pass is used up by generated prompts alone and
+    every prompt is generated once before any is generated twice (before the hook, held-back prompts
+    were drawn with n = 0 and an epoch ended having generated about half of them)."""
+    rates = {i: r for i, r in enumerate([0.5, 0.25, 0.5, 0.75, 0.5, 0.25, 0.5, 0.75])}
+    ctx, eng = make_sampled_ctx(rates, B=4, n=4)
+    rep = ExperienceReplay(fresh=0.5)
+    planner = Planner([rep], 8, np.random.default_rng(0))
+    generated = []
+    for step in range(4):
+        ctx.step = step
+        _, _, rounds = run_step(planner, ctx, eng, advance_version=True)
+        generated += [pid for r in rounds for pid in r]
+        s = planner.sampler
+        assert s.epoch * 8 + s.pos == len(generated)  # drawn == generated
+    assert len(generated) < 16 and sorted(generated[:8]) == list(range(8))
+    assert generated[:4] and len(set(generated[:8])) == 8
+
+
+def test_a_refill_round_past_the_quota_draws_nothing():
+    ctx = make_ctx(pool_size=16, B=4, n=8)
+    c = ExperienceReplay(fresh=0.5, max_age=2)
+    c.version = 4
+    c.buffer = [stored(10, [1, 0], 3), stored(11, [1, 0], 2)]
+    c.begin_step(ctx)
+    assert c.draws(4, ctx) == 2
+    c.allocate(ctx.pool[:2], [8, 8], ctx)
+    assert c.draws(2, ctx) == 0

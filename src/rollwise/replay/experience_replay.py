@@ -11,9 +11,9 @@ knobs of that trade.
 
 Rule (in rollwise's synchronous step)::
 
-    each step generates fresh groups for ceil(fresh x B) of the B prompts   [SEC: the generation/consumption
-        drawn (the rest of the drawn prompts are given n = 0: not generated,    ratio W/T < mu; as a batch
-        so an epoch visits fewer prompts), and fills the batch up to B with     share: INF]
+    each step generates fresh groups for ceil(fresh x B) prompts (only      [SEC: the generation/consumption
+        those are drawn from the epoch's pass: draws()), and fills the batch     ratio W/T < mu; as a batch
+        up to B with                                                             share: INF]
         groups replayed from the buffer; while the buffer holds too few
         eligible groups, more prompts are generated fresh (fresh = 1: GRPO)
     replayed groups: drawn uniformly from the eligible buffered groups        [SEC: "sample from it (without
@@ -38,16 +38,14 @@ learner compute. Defaults [INF]: fresh = 0.5, capacity = 256 groups, max_reuse =
 Metrics: `replay/fresh` (prompts generated fresh), `replay/replayed`, `replay/age_mean`, `replay/buffer`.
 
 Composes with selectors (greso+replay), stages (ar3po+replay: AR3PO's stages on the fresh prompts only),
-filters (replay+dapo: DAPO's refills are fresh prompts, which replay holds at n = 0 once its quota is
-drawn, so they end the step instead) and in-flight control (replay+duet-abort). Allocators after it
+filters (replay+dapo: a DAPO refill round draws nothing once the quota is drawn, so it ends the step) and in-flight control (replay+duet-abort). Allocators after it
 (replay+knapsack, replay+vip) keep the n = 0 of the prompts it holds back and spend the fresh prompts'
 budget. Refused by name: `popo` (both fill the batch from a buffer of their own: a group could be
 replayed twice in one batch) and, by speed-rl's `compose`, `speed-rl` (its chosen prompts are screened).
 
-Limitation: a held-back prompt is used up from the epoch's pass (PoolSampler) without being generated,
-as is every prompt a DAPO refill round draws once the quota is met: the Planner draws batch_size prompts
-before any hook runs, and no hook sets that number (docs/methods_beyond.md, "What the hooks cannot
-express yet").
+Drawing: `draws()` caps each draw at the quota left, so a step uses up only the prompts it generates
+and an epoch of P prompts visits all P (a DAPO refill round past the quota draws nothing and ends the
+step). Inside a host trainer, which draws its own candidates, the prompts past the quota get n = 0.
 """
 from __future__ import annotations
 
@@ -88,8 +86,18 @@ class ExperienceReplay(Component):
         """Indices of the buffered groups that may train at `version` (young enough, reuse left)."""
         return [i for i, e in enumerate(self.buffer) if version - e["version"] <= self.max_age]
 
+    def _quota(self, ctx: StepContext) -> int:
+        """Prompts generated fresh this step: the fresh share, or more while the buffer cannot fill the batch."""
+        return max(math.ceil(self.fresh * ctx.batch_size), ctx.batch_size - len(self.eligible(self.version)))
+
+    def draws(self, need: int, ctx: StepContext) -> int:
+        # only the quota's prompts are drawn; the rest stay in the epoch's pass for later steps
+        return max(0, min(need, self._quota(ctx) - self._drawn))
+
     def allocate(self, prompts: list[Prompt], ns: list[int], ctx: StepContext) -> list[int]:
-        want = max(math.ceil(self.fresh * ctx.batch_size), ctx.batch_size - len(self.eligible(self.version)))
+        # after draws() every prompt here is within the quota; a host trainer that draws its own
+        # candidates (TRL, verl) does not ask draws(), and there the prompts past the quota get n = 0
+        want = self._quota(ctx)
         out = []
         for k in ns:  # the first `want` prompts of the step keep their n; the rest are not generated
             out.append(k if self._drawn < want else 0)
