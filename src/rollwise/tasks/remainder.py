@@ -101,8 +101,8 @@ class RemainderTask:
     warmstart_defaults = {"block_size": 256, "batch_size": 32, "steps": 1500}
     sft_group_by_length = True  # warm-start batches of similar lengths (less padding)
     # `rollwise bench --task remainder`: the budget of the testbed search's runs (24 steps of 32 x 8, ~3.6
-    # core-minutes with evaluations) and the task's own pool (each prompt seen about once in a run)
-    bench_defaults = {"budget_tokens": 500_000, "eval_size": 200, "pool_size": 1000}
+    # core-minutes with evaluations); the pool is Bench 2.0's 300 (prompts come back, as history needs)
+    bench_defaults = {"budget_tokens": 500_000, "eval_size": 200}
 
     def __post_init__(self):
         if self.check not in CHECKS:
