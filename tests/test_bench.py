@@ -230,3 +230,22 @@ def test_a_trainers_warnings_reach_the_bench(tmp_path):
     assert trainer_warnings(log, start) == ["warning: step 3: the reward function failed on 8 of 8 calls",
                                             "warning: no variance"]
     assert trainer_warnings(log)[0].startswith("warning: step 1") and trainer_warnings(tmp_path / "none") == []
+
+
+def test_a_finished_run_records_its_cpu_seconds_apart_from_wall_seconds(tmp_path, monkeypatch):
+    """done.json keeps the run process's CPU seconds (Bench 3.0's envelope is in core-hours): a stand-in
+    that burns ~0.4 s of CPU then sleeps 0.6 s records about 0.4 CPU seconds and about 1 s of wall."""
+    from rollwise.bench import runner
+
+    script = ("import time\nt = time.process_time()\nwhile time.process_time() - t < 0.4:\n    pass\n"
+              "time.sleep(0.6)\n")
+    monkeypatch.setattr(runner, "_ensure_base", lambda cfg, log: None)
+    monkeypatch.setattr(runner, "run_command", lambda cfg, *key: [sys.executable, "-c", script])
+    runner.run_all(BenchConfig(out=str(tmp_path), planners=["uniform"], seeds=1, budget_tokens=4000), log=lambda m: None)
+    done = json.loads((run_dir(BenchConfig(out=str(tmp_path)), "default", "uniform", 0) / "done.json").read_text())
+    assert 0.35 <= done["cpu_seconds"] < 0.9 and done["seconds"] >= 0.95
+    # a failing run is reaped the same way and is not marked done
+    monkeypatch.setattr(runner, "run_command", lambda cfg, *key: [sys.executable, "-c", "raise SystemExit(3)"])
+    with pytest.raises(runner.BenchFailed):
+        runner.run_all(BenchConfig(out=str(tmp_path / "f"), planners=["uniform"], seeds=1, budget_tokens=4000),
+                       log=lambda m: None)

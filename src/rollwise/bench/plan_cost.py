@@ -1,7 +1,8 @@
 """What a planned bench costs: `--dry-run` estimates it before anything runs, `bench status DIR` says
 what is done and what is left. Core-hours, since every run is one process on one core.
 
-A run's seconds are, in order of preference: the mean measured seconds (done.json) of the arm's finished
+A run's seconds are, in order of preference: the mean measured seconds (done.json: the CPU seconds of the
+run's process where recorded, else its wall seconds, which grow with the machine's load) of the arm's finished
 runs; of any finished run of the bench; or the CPU cost profile's estimate: the plan's compute units at
 the profile's seconds per unit (a rough figure: the plan's profile weighs decode, prefill and the learner
 otherwise than this CPU does) or, for the simulator's token-ended runs, its validation run's measured
@@ -52,8 +53,9 @@ def run_states(plan: Plan, out: Path) -> dict[str, list[dict]]:
             d = run_dir(cfg, "default", plan.arms[arm].planner, s)
             done = (d / "done.json").exists() or (d / "skipped.json").exists()
             seconds = 0.0
-            if (d / "done.json").exists():
-                seconds = float(json.loads((d / "done.json").read_text()).get("seconds", 0.0))
+            if (d / "done.json").exists():  # its CPU seconds where recorded: core-seconds, whatever the load
+                done_rec = json.loads((d / "done.json").read_text())
+                seconds = float(done_rec.get("cpu_seconds") or done_rec.get("seconds", 0.0))
             elif (d / "metrics.jsonl").exists():
                 last = [x for x in (d / "metrics.jsonl").read_text().splitlines() if x.strip()]
                 try:

@@ -267,6 +267,20 @@ def trainer_warnings(log_path: Path, start: int = 0) -> list[str]:
     return out
 
 
+def finished_cpu_seconds(proc: subprocess.Popen) -> float | None:
+    """None while the run's process lives; once it has ended, its CPU seconds (user + system, with the
+    reward workers it waited for), read from the kernel as it is reaped: the core-seconds the run cost
+    whatever else shared the machine (wall seconds grow with the load; Bench 3.0's envelope is in
+    core-hours). Sets the process's returncode as poll() would."""
+    if proc.returncode is not None:
+        return 0.0
+    pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+    if pid == 0:
+        return None
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return float(usage.ru_utime + usage.ru_stime)
+
+
 def _run_processes(cfg: BenchConfig, todo: list, running: list, env: dict, log) -> None:
     failures = []
     starts: dict = {}
@@ -288,7 +302,8 @@ def _run_processes(cfg: BenchConfig, todo: list, running: list, env: dict, log) 
                 log(line)
         for item in list(running):
             proc, key, t0 = item
-            if proc.poll() is None:
+            cpu = finished_cpu_seconds(proc)
+            if cpu is None:
                 continue
             running.remove(item)
             d = run_dir(cfg, *key)
@@ -298,7 +313,8 @@ def _run_processes(cfg: BenchConfig, todo: list, running: list, env: dict, log) 
             if len(warnings) > 3:
                 log(f"bench: {key[0]}/{key[1]}/seed{key[2]}: {len(warnings) - 3} more warnings in {d / 'train.log'}")
             if proc.returncode == 0:
-                (d / "done.json").write_text(json.dumps({"seconds": time.perf_counter() - t0, "warnings": warnings}))
+                (d / "done.json").write_text(json.dumps({"seconds": time.perf_counter() - t0, "cpu_seconds": cpu,
+                                                         "warnings": warnings}))
                 log(f"bench: done {key[0]}/{key[1]}/seed{key[2]} in {time.perf_counter() - t0:.0f}s")
             else:
                 failures.append(key)
