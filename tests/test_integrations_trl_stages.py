@@ -144,6 +144,17 @@ def check_batch(batch, trained, tol=1e-5):
     assert (adv[n:] == 0).all()
 
 
+def check_inflight_step(res, batch, out, charge, e):
+    """One step with in-flight control, inside TRL and in the driver: the same trained groups and their
+    importance weights, TRL's batch as rollwise's learner would train it, the same pruned rows and charges."""
+    assert as_groups(res.trained) == as_groups(out.batch.groups)
+    assert [[r.meta.get("is_weight") for r in g.rollouts] for g in res.trained] == \
+        [[r.meta.get("is_weight") for r in g.rollouts] for g in out.batch.groups]
+    check_batch(batch, out.batch)
+    assert e["pruned_samples"] == charge["pruned_samples"] and e["pruned_tokens"] == charge["pruned_tokens"]
+    assert e["generated_tokens"] == charge["decoded"]
+
+
 @pytest.mark.parametrize("scale", ["group", "batch", "none"])
 def test_advantages_over_whole_groups_match_trls_own_code(tmp_path, scale):
     """trl_advantages (which the merge uses) against the advantages TRL's own _generate_and_score_completions
@@ -197,13 +208,8 @@ def test_duet_abort_inside_trl_equals_rollwise_driver(tmp_path, spec, options):
     for rnd in (r for step in rounds for r in step):  # pruned rows were cut at the gate: h_abort + grace + 1 tokens
         for _, rows in rnd:
             assert all(len(t) == 3 for t, _, _, f in rows if f == "pruned")
-    for res, batch, out, charge, e in zip(results, batches, outs, charges, log):
-        assert as_groups(res.trained) == as_groups(out.batch.groups)
-        assert [[r.meta.get("is_weight") for r in g.rollouts] for g in res.trained] == \
-            [[r.meta.get("is_weight") for r in g.rollouts] for g in out.batch.groups]
-        check_batch(batch, out.batch)
-        assert e["pruned_samples"] == charge["pruned_samples"] and e["pruned_tokens"] == charge["pruned_tokens"]
-        assert e["generated_tokens"] == charge["decoded"]
+    for step in zip(results, batches, outs, charges, log):
+        check_inflight_step(*step)
     weights = {r.meta.get("is_weight") for res in results for g in res.trained for r in g.rollouts}
     assert weights <= {None, 2.0} and (2.0 in weights or spec != "duet-abort")  # kept past the gate w.p. q: 1/q
 

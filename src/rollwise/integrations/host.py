@@ -13,9 +13,10 @@ reuse or filtering, so a planner behaves inside TRL or verl as it does in rollwi
 can generate on demand (`sampling=True`) also serves stages (more samples of a prompt already rolled
 out this step, merged into its group by the planner), pilots, profiles and oracle measurements; one
 that can stop single samples in flight (`inflight=True`) gets the round's watcher in `host.watch`
-(DUET's abort; `host.watch_hidden` says it reads each running sample's last hidden state, ARRoL's
-input, which a host with `hidden=True` shows it as a pair (tokens_T, h_D)), and sends back pruned samples with status "pruned": they leave their groups here, as
-the StepDriver drops them, and are counted as pruned. Components that need what a host cannot serve
+(DUET's abort; when `host.watch_hidden`, the watcher also reads each running sample's last hidden
+state, ARRoL's input, which a host with `hidden=True` shows it as a pair (tokens_T, h_D)), and sends
+back pruned samples with status "pruned": they leave their groups here, as the StepDriver drops
+them, and are counted as pruned. Components that need what a host cannot serve
 (samples of their own, in-flight control, hidden states, the policy's internals, per-step sampling
 parameters, per-prompt group sizes on a host with fixed groups, partial rollouts) are refused by name
 when the host is built.

@@ -259,7 +259,8 @@ class RollwiseReplayBuffer(ReplayBuffer):
     def load_state_dict(self, state: dict) -> None:
         if state.get("planner") != self.spec or state.get("options") != self.options:
             raise ValueError(f"{self.host_name}: the checkpoint's planner {state.get('planner')!r} "
-                             f"(options {state.get('options')}) is not this run's {self.spec!r} (options {self.options})")
+                             f"(options {state.get('options')}) is not this run's {self.spec!r} "
+                             f"(options {self.options})")
         host = self._build_host()
         host.load_state_dict(state["host"])
         self.host = host
