@@ -84,8 +84,7 @@ def test_a_changed_hook_fails_loudly(monkeypatch):
         rt.check_trl()
 
 
-@pytest.mark.parametrize("planner, needs", [("arrol", "arrol reads hidden states in flight"),
-                                            ("treepo", "treepo needs an engine that continues rows"),
+@pytest.mark.parametrize("planner, needs", [("treepo", "treepo needs an engine that continues rows"),
                                             ("april", "april carries unfinished rows"),
                                             ("e3", "e3 sets sampling parameters per step")])
 def test_refuses_what_trl_cannot_serve_by_name(tmp_path, planner, needs):

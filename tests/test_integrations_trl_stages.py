@@ -90,10 +90,13 @@ class Replay:
                 r.reward, r.correct = self.rewards[(g.prompt.id, tuple(r.token_ids_T.tolist()))]
 
 
-def driver_steps(trainer, spec, options, rounds):
-    """The same planner steps in rollwise's StepDriver on TRL's samples."""
-    replay = Replay(rounds)
-    engine = TokenEngine(replay.lengths, max_tokens=trainer.max_completion_length, script=replay.script)
+def driver_steps(trainer, spec, options, rounds, replay=None):
+    """The same planner steps in rollwise's StepDriver on TRL's samples (`replay`: a Replay of them, by
+    default without hidden states). Returns per step the driver's outcome and charges (with the step's
+    planner metrics), and the planner."""
+    replay = replay or Replay(rounds)
+    engine = TokenEngine(replay.lengths, max_tokens=trainer.max_completion_length, script=replay.script,
+                         hidden=getattr(replay, "hidden", None))
     pool = [trainer._rollwise_prompt(i) for i in range(len(trainer.train_dataset))]
     rng = np.random.default_rng(trainer.args.seed)
     planner = build_planner(spec, len(pool), rng, options)
@@ -114,9 +117,10 @@ def driver_steps(trainer, spec, options, rounds):
                                                                            if f == "pruned"),
                         "pruned_samples": ledger.count_rollouts(fate="pruned") - sum(
                             v for (p, f), v in before["rollouts"].items() if f == "pruned"),
-                        "reused_tokens": ledger.reused_tokens - before["reused_tokens"]})
+                        "reused_tokens": ledger.reused_tokens - before["reused_tokens"],
+                        "metrics": dict(ctx.metrics)})
     assert all(not rows for rows in replay.rows.values())  # the driver asked for every sample TRL generated
-    return outs, charges
+    return outs, charges, planner
 
 
 def as_groups(groups):
@@ -138,6 +142,17 @@ def check_batch(batch, trained, tol=1e-5):
     adv = batch["advantages"] if batch["advantages"].dim() == 1 else batch["advantages"][:, 0]
     assert torch.allclose(adv[:n].double(), expected.double() * weights, atol=tol)
     assert (adv[n:] == 0).all()
+
+
+def check_inflight_step(res, batch, out, charge, e):
+    """One step with in-flight control, inside TRL and in the driver: the same trained groups and their
+    importance weights, TRL's batch as rollwise's learner would train it, the same pruned rows and charges."""
+    assert as_groups(res.trained) == as_groups(out.batch.groups)
+    assert [[r.meta.get("is_weight") for r in g.rollouts] for g in res.trained] == \
+        [[r.meta.get("is_weight") for r in g.rollouts] for g in out.batch.groups]
+    check_batch(batch, out.batch)
+    assert e["pruned_samples"] == charge["pruned_samples"] and e["pruned_tokens"] == charge["pruned_tokens"]
+    assert e["generated_tokens"] == charge["decoded"]
 
 
 @pytest.mark.parametrize("scale", ["group", "batch", "none"])
@@ -162,7 +177,7 @@ def test_ar3po_inside_trl_equals_rollwise_driver(tmp_path):
     spec, options = "ar3po", {"ar3po": {"k": 2, "stages": 2}}
     trainer = make_trainer(tmp_path, spec, planner_options=options, pool=8, prompts_per_batch=2, reward=rare_reward)
     rounds, results, batches = record_trl_steps(trainer, 8)
-    outs, charges = driver_steps(trainer, spec, options, rounds)
+    outs, charges, _ = driver_steps(trainer, spec, options, rounds)
     log = trainer.rollwise_log
     assert max(e["rounds"] for e in log) > 1  # stages ran: later rounds asked for more samples of a prompt
     assert any(g.n > 2 for res in results for g in res.trained)  # a trained group merged from several stages
@@ -187,19 +202,14 @@ def test_duet_abort_inside_trl_equals_rollwise_driver(tmp_path, spec, options):
     same token, charged as pruned, the survivors' importance weights 1/q, and the same batch as the driver."""
     trainer = make_trainer(tmp_path, spec, planner_options=options)
     rounds, results, batches = record_trl_steps(trainer, 2)
-    outs, charges = driver_steps(trainer, spec, options, rounds)
+    outs, charges, _ = driver_steps(trainer, spec, options, rounds)
     log = trainer.rollwise_log
     assert sum(e["pruned_samples"] for e in log) > 0 and sum(e.get("duet/kept", 0) for e in log) > 0
     for rnd in (r for step in rounds for r in step):  # pruned rows were cut at the gate: h_abort + grace + 1 tokens
         for _, rows in rnd:
             assert all(len(t) == 3 for t, _, _, f in rows if f == "pruned")
-    for res, batch, out, charge, e in zip(results, batches, outs, charges, log):
-        assert as_groups(res.trained) == as_groups(out.batch.groups)
-        assert [[r.meta.get("is_weight") for r in g.rollouts] for g in res.trained] == \
-            [[r.meta.get("is_weight") for r in g.rollouts] for g in out.batch.groups]
-        check_batch(batch, out.batch)
-        assert e["pruned_samples"] == charge["pruned_samples"] and e["pruned_tokens"] == charge["pruned_tokens"]
-        assert e["generated_tokens"] == charge["decoded"]
+    for step in zip(results, batches, outs, charges, log):
+        check_inflight_step(*step)
     weights = {r.meta.get("is_weight") for res in results for g in res.trained for r in g.rollouts}
     assert weights <= {None, 2.0} and (2.0 in weights or spec != "duet-abort")  # kept past the gate w.p. q: 1/q
 

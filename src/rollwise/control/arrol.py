@@ -48,8 +48,9 @@ survivors. The target correct ratio rho = 0.5 is from a summary [SEC]. Everythin
   * Step metrics: arrol/rows (rows started in expanded requests), arrol/pruned, arrol/pruned_frac,
     arrol/decided (requests that reached the checkpoint), arrol/explored, arrol/labels, arrol/precision,
     arrol/recall, arrol/auc (each figure only when defined).
-  * Needs in-flight control with hidden states (the torch engine); refused by name by the vLLM engine,
-    the simulator, async mode and host trainers (TRL, verl); does not compose with partial rollouts or
+  * Needs in-flight control with hidden states (the torch engine; inside TRL its transformers generation,
+    through a forward hook on the decoder: integrations/trl.py); refused by name by the vLLM engine, the
+    simulator, async mode and verl; does not compose with partial rollouts or
     speculation (SPEC-RL). It composes with DUET's abort (`arrol+duet-abort`, control/base.py Watchers):
     both watch every row; a row DUET prunes before the checkpoint does not fill a slot, and DUET's gate
     goes on watching ARRoL's survivors, so a group may end with fewer than G rows [INF].

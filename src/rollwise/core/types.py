@@ -71,6 +71,21 @@ class Request:
 
 
 _ROLLOUT_TAG = "__rollout__"  # marks a Rollout inside a rollout's meta in its plain state
+KIND_TAG = "__rollout_kind__"  # in a plain state: a rollout of another class (a host's), by its kind
+# Rollout classes other than Rollout that a planner's state may hold (a host's own rollouts: verl's keep
+# their TransferQueue fields), by kind; each registers itself where it is defined (`rollout_kind`), so
+# Rollout.from_state, which components call, rebuilds it as what it was. Filled at import, never mutated after.
+_ROLLOUT_KINDS: dict[str, type] = {}
+
+
+def rollout_kind(name: str):
+    """Register a rollout class whose `to_state` writes {KIND_TAG: name}; it provides `from_state`."""
+    def deco(cls):
+        if name in _ROLLOUT_KINDS:
+            raise ValueError(f"rollout kind {name!r} registered twice")
+        _ROLLOUT_KINDS[name] = cls
+        return cls
+    return deco
 
 
 LINEAGE_KEYS = ("prefix", "tokens_by_kind", "tree_path", "share", "branched", "new_rollout")
@@ -194,6 +209,12 @@ class Rollout:
 
     @classmethod
     def from_state(cls, d: dict) -> "Rollout":
+        kind = d.get(KIND_TAG)
+        if kind is not None:  # another class's rollout (a host's), as it was saved
+            if kind not in _ROLLOUT_KINDS:
+                raise ValueError(f"a planner's state holds a rollout of kind {kind!r}, which no loaded module "
+                                 "defines (load the state through the integration that saved it)")
+            return _ROLLOUT_KINDS[kind].from_state(d)
         names = {f.name for f in fields(cls)}
         kw = {k: v for k, v in d.items() if k in names}
         kw["token_ids_T"] = torch.as_tensor(kw["token_ids_T"], dtype=torch.long).clone()

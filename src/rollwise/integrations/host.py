@@ -13,8 +13,10 @@ reuse or filtering, so a planner behaves inside TRL or verl as it does in rollwi
 can generate on demand (`sampling=True`) also serves stages (more samples of a prompt already rolled
 out this step, merged into its group by the planner), pilots, profiles and oracle measurements; one
 that can stop single samples in flight (`inflight=True`) gets the round's watcher in `host.watch`
-(DUET's abort), and sends back pruned samples with status "pruned": they leave their groups here, as
-the StepDriver drops them, and are counted as pruned. Components that need what a host cannot serve
+(DUET's abort; when `host.watch_hidden`, the watcher also reads each running sample's last hidden
+state, ARRoL's input, which a host with `hidden=True` shows it as a pair (tokens_T, h_D)), and sends
+back pruned samples with status "pruned": they leave their groups here, as the StepDriver drops
+them, and are counted as pruned. Components that need what a host cannot serve
 (samples of their own, in-flight control, hidden states, the policy's internals, per-step sampling
 parameters, per-prompt group sizes on a host with fixed groups, partial rollouts) are refused by name
 when the host is built.
@@ -99,6 +101,7 @@ class PlannerHost:
         self.history = PromptHistory(len(pool))
         self.prompt_stats, self.policy = prompt_stats, policy
         self.watch = None  # the current round's in-flight watcher (a Wave's), or None
+        self.watch_hidden = False  # it reads (tokens_T, h_D) per running sample (Wave.hidden)
         self.step_count = 0  # planner steps finished
         self._plan = None
         self._ctx: StepContext | None = None
@@ -186,12 +189,12 @@ class PlannerHost:
             self._assembled = stop.value
             return []
         self._rounds += 1
-        self.watch = None
+        self.watch, self.watch_hidden = None, False
         if isinstance(requests, Wave):  # in-flight control of this round (require() refused it where unserved)
             if requests.enough is not None:
                 raise ValueError(f"{self.host}: planner {self.name!r} stops a wave early (partial rollouts); "
                                  "this host cannot")
-            self.watch, requests = requests.watch, requests.requests
+            self.watch, self.watch_hidden, requests = requests.watch, requests.hidden, requests.requests
         for r in requests:
             if r.prefix is not None:
                 raise ValueError(f"{self.host}: planner {self.name!r} continues rows from their tokens "

@@ -26,10 +26,16 @@ How it hooks in (the choices, and why):
   luspo) they still count as zero-loss rows in the batch mean. A reused response keeps its behaviour
   log-probs (scored right after its round) and step; `correction=` names a rollwise correction whose
   per-token weights multiply its advantages.
-* **In flight (DUET's abort).** The round's watcher rides on TRL's own `model.generate` call as a per-row
-  StoppingCriteria (`_Watch`), consulted after every decode step as the driver's peek/stop; stopped rows
-  keep the tokens they had, pruned rows get a NaN reward and leave their groups, weights (1/q) multiply
-  advantages. Only TRL's transformers generation (no tools, no mask_truncated_completions) serves it.
+* **In flight (DUET's abort, ARRoL).** The round's watcher rides on TRL's own `model.generate` call as a
+  per-row StoppingCriteria (`_Watch`), consulted after every decode step as the driver's peek/stop; stopped
+  rows keep the tokens they had, pruned rows get a NaN reward and leave their groups, weights (1/q)
+  multiply advantages. A watcher that reads hidden states (ARRoL's quality head) gets each running row's
+  last-layer hidden state (after the final norm, as rollwise's torch engine gives it) from a forward hook
+  on the model's decoder, registered for that generate call only and removed after it, also on error.
+  transformers computes a token's hidden state in the pass that samples the next token, so such a
+  watcher sees each row one decode step late and a row it ends drops the one token it was given past
+  the decision (decoded, not charged). Only TRL's transformers generation (no tools, no
+  mask_truncated_completions) serves in-flight control.
 * **Per-prompt group sizes by padding.** TRL groups rewards by `.view(-1, num_generations)`, so a
   prompt keeps a block of G rows; a planner giving it n < G samples generates only n of them (the
   others are not generated: they hold a single EOS token), their rewards are NaN (TRL's nanmean and
@@ -42,10 +48,11 @@ How it hooks in (the choices, and why):
   `success_threshold`), so history-based planners (greso, hive's stage 1, prompt-replay, cdas, duet,
   frontier, depo) learn. HIVE's prompt entropy is one prefill-only pass of the trainer's model.
 * **Refused**, by name and generation mode, when the trainer is built: stages, pilots and in-flight
-  control outside TRL's transformers generation (vLLM, rollout_func), hidden states in flight (arrol),
-  per-step sampling parameters (e3's temperature), rows continued from their tokens (treepo), partial
-  rollouts (april), per-prompt sizes where padding is impossible (above), a TRL version outside
-  SUPPORTED, a dataset without a `prompt` column. One process
+  control outside TRL's transformers generation (vLLM, rollout_func), hidden states in flight (arrol)
+  there and with a model without a decoder module to hook, per-step sampling parameters (e3's
+  temperature), rows continued from their tokens (treepo), partial rollouts (april), per-prompt sizes
+  where padding is impossible (above), a TRL version outside SUPPORTED, a dataset without a `prompt`
+  column. One process
   only (several would have to agree on every planner decision); map-style datasets only (the planner
   indexes the pool). Evaluation runs TRL's own path, untouched. Checkpoints carry the planner's state,
   PromptHistory and RNG (`rollwise_planner.pkl` beside TRL's files), so a resumed run goes on learning.
@@ -174,12 +181,14 @@ class RollwiseGRPOTrainer(GRPOTrainer):
         G = self.num_generations
         own = mode.startswith("transformers")  # TRL generates here: rows can be left out, rounds can be any size
         inflight = mode == "transformers generation"  # not with tools, nor with mask_truncated_completions
+        # hidden states in flight (ARRoL) come from a forward hook on the model's decoder during generation
+        hidden = inflight and _decoder(self.accelerator.unwrap_model(self.model)) is not None
         pool = LazyPool(len(self.train_dataset), self._rollwise_prompt)
         self.rollwise = PlannerHost(
             planner, pool, batch_size=self.args.generation_batch_size // G, n=n or G, host=host,
             seed=self.args.seed if planner_seed is None else planner_seed, options=planner_options, max_n=G,
             per_prompt_n=own, prompt_stats=self._rollwise_prompt_stats, sampling=own, inflight=inflight,
-            policy=_TokenizerView(self._tokenizer))
+            hidden=hidden, policy=_TokenizerView(self._tokenizer))
         bad = [c.name for c in self.rollwise.planner.components if c.needs_policy and c.name not in PROMPT_STATS_ONLY]
         if bad:
             raise ValueError(f"{host} cannot run planner {self.rollwise.name!r}: {', '.join(bad)} needs the policy "
@@ -249,7 +258,7 @@ class RollwiseGRPOTrainer(GRPOTrainer):
         outs = []
         self._rollwise_where = {}
         while requests:  # every round (first wave, stage, pilot, refill) is one call of TRL's own generation
-            out, groups = self._rollwise_round(requests, host.watch, len(outs))
+            out, groups = self._rollwise_round(requests, host.watch, len(outs), host.watch_hidden)
             outs.append(out)
             requests = host.send(groups)
         result = host.finish()
@@ -257,10 +266,11 @@ class RollwiseGRPOTrainer(GRPOTrainer):
         self._rollwise_report(result)
         return batch
 
-    def _rollwise_round(self, requests, watch, k: int) -> tuple[dict, list[Group]]:
+    def _rollwise_round(self, requests, watch, k: int, hidden: bool = False) -> tuple[dict, list[Group]]:
         """Generate and score one round with TRL's own method: each request a block of G rows, of which
         the first n are sampled (the rest is padding, never generated). With a watcher, generation stops
-        single rows as it decides. Returns TRL's output and one Group of Rollouts per request."""
+        single rows as it decides (`hidden`: it reads each running row's last hidden state too).
+        Returns TRL's output and one Group of Rollouts per request."""
         G = self.num_generations
         rows, live, slots = [], [], []
         for b, r in enumerate(requests):
@@ -272,7 +282,7 @@ class RollwiseGRPOTrainer(GRPOTrainer):
         self._rollwise_pad = torch.tensor([not x for x in live])
         self._rollwise_watch = None if watch is None else _Watch(
             watch, slots, [r.n for r in requests], [b * G + j for b, j in slots], self.eos_token_ids,
-            self.max_completion_length)
+            self.max_completion_length, hidden)
         try:
             out = super()._generate_and_score_completions(rows)
             rewards_per_func, watched = self._rollwise_rewards, self._rollwise_watch
@@ -356,15 +366,20 @@ class RollwiseGRPOTrainer(GRPOTrainer):
     def _rollwise_watched(self, watch: "_Watch", prompt_ids, *args, **kwargs):
         """TRL's transformers generation with the watcher as a per-row stopping criterion of its
         model.generate call (bound on the model for this call only); rows the watcher ended keep exactly
-        the tokens they had when it decided, and pruned rows become padding (no reward, no loss)."""
+        the tokens they had when it decided, and pruned rows become padding (no reward, no loss). A
+        watcher that reads hidden states gets them from a forward hook on the model's decoder, which
+        keeps the last position's hidden state of every forward (removed when generation ends)."""
         from transformers import StoppingCriteriaList
 
         model = self.accelerator.unwrap_model(self.model)
         model.generate = functools.partial(model.generate, stopping_criteria=StoppingCriteriaList([watch]))
+        hook = _decoder(model).register_forward_hook(watch.keep_hidden) if watch.hidden else None
         try:
             completion_ids, logprobs = super()._generate_single_turn(prompt_ids, *args, **kwargs)
         finally:
             model.__dict__.pop("generate", None)
+            if hook is not None:
+                hook.remove()
         for r, cut in watch.cut.items():
             completion_ids[r] = list(completion_ids[r][:cut])
             if logprobs is not None:
@@ -537,10 +552,18 @@ class _Watch(StoppingCriteria):
     """A round's in-flight watcher as a per-row stopping criterion of transformers' generate, which calls it
     after every decode step. It shows the watcher {request index: [each sample's tokens so far, or None once
     it ended]} for requests with a sample still running, as the StepDriver does, and ends the rows it stops
-    or prunes. `slots[r]` is generated row r's (request index, sample); `rows[r]` its row in TRL's round."""
+    or prunes. `slots[r]` is generated row r's (request index, sample); `rows[r]` its row in TRL's round.
 
-    def __init__(self, watch, slots, sizes, rows, eos_ids, max_new: int):
+    With `hidden` each running sample is a pair (tokens_T, h_D), h_D the last layer's hidden state (after
+    the final norm) at its last token, as rollwise's torch engine shows it. transformers computes that
+    hidden state in the forward pass that samples the *next* token, so the hook's h at call K belongs to
+    token K-1: a hidden watcher is shown every row as it was one token earlier (K-1 tokens, h at token
+    K-1), exactly what the driver shows at K-1, and a row it ends keeps K-1 tokens. The K-th token each
+    such row was already given is dropped (decoded, never charged: one token per ended row)."""
+
+    def __init__(self, watch, slots, sizes, rows, eos_ids, max_new: int, hidden: bool = False):
         self.watch, self.slots, self.sizes, self.rows, self.max_new = watch, slots, sizes, rows, int(max_new)
+        self.hidden = bool(hidden)
         self.index = {s: r for r, s in enumerate(slots)}
         self.eos = torch.tensor(list(eos_ids))
         self.ended = torch.zeros(len(slots), dtype=torch.bool)
@@ -548,19 +571,40 @@ class _Watch(StoppingCriteria):
         self.actions: dict[int, str] = {}  # TRL row -> "stop" / "pruned"
         self.marks: dict[int, dict] = {}  # TRL row -> Rollout.meta entries (is_weight, ...)
         self.prompt_len: int | None = None
+        self.h_BD: torch.Tensor | None = None  # the decoder's output at the last position of the latest forward
         self.calls = 0
+
+    def keep_hidden(self, module, args, output) -> None:
+        """Forward hook on the decoder: keep the last position's hidden state of each row (on the CPU)."""
+        h_BTD = output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0]
+        self.h_BD = h_BTD[:, -1].detach().float().cpu()
 
     def __call__(self, input_ids, scores, **kwargs):
         self.calls += 1
         if self.prompt_len is None:  # first call: one token generated past the (left-padded) prompts
             self.prompt_len = input_ids.shape[1] - 1
         comp = input_ids[:, self.prompt_len:].cpu()
+        new_eos = torch.isin(comp[:, -1], self.eos)
+        if not self.hidden:
+            self.ended |= new_eos  # ended on its own (rows after EOS stay ended)
+            self._consult(comp, None)
+            return self.ended.clone().to(input_ids.device)
+        if self.h_BD is None or self.h_BD.shape[0] != comp.shape[0]:
+            raise RuntimeError("the decoder's forward hook did not see TRL's generation batch (rows "
+                               f"{None if self.h_BD is None else self.h_BD.shape[0]}, generated {comp.shape[0]}): "
+                               "the hidden-state integration does not match the installed TRL or model")
+        if comp.shape[1] > 1:  # the rows as they were one token ago, with their hidden states then
+            self._consult(comp[:, :-1], self.h_BD)
+        self.ended |= new_eos
+        return self.ended.clone().to(input_ids.device)
+
+    def _consult(self, comp, h_BD) -> None:
         k = comp.shape[1]
-        self.ended |= torch.isin(comp[:, -1], self.eos)  # ended on its own (rows after EOS stay ended)
         running: dict[int, list] = {}
         for r, (b, j) in enumerate(self.slots):
             if not self.ended[r] and k < self.max_new:
-                running.setdefault(b, [None] * self.sizes[b])[j] = comp[r].clone()
+                running.setdefault(b, [None] * self.sizes[b])[j] = \
+                    comp[r].clone() if h_BD is None else (comp[r].clone(), h_BD[r].clone())
         for d in (self.watch(running) if running else []):
             if d.action not in ("keep", "stop", "pruned"):
                 raise ValueError(f"in-flight decision: action must be 'keep', 'stop' or 'pruned', not {d.action!r}")
@@ -574,7 +618,17 @@ class _Watch(StoppingCriteria):
                 self.ended[r] = True
                 self.cut[r] = k
                 self.actions[self.rows[r]] = d.action
-        return self.ended.clone().to(input_ids.device)
+
+
+def _decoder(model):
+    """The module whose output's last_hidden_state is the last layer's hidden states after the final norm
+    (what rollwise's engine shows ARRoL): a transformers causal LM's decoder, or None if it has none."""
+    get = getattr(model, "get_decoder", None)
+    try:
+        dec = get() if callable(get) else None
+    except Exception:  # noqa: BLE001 - a model without a separable decoder
+        return None
+    return dec if isinstance(dec, torch.nn.Module) and dec is not model else None
 
 
 def _reused_part(r: Rollout, key: str, device) -> torch.Tensor:

@@ -43,6 +43,11 @@ How it hooks in (the choices, and why):
   flight (arrol), rows resumed from their tokens or carried across steps (treepo, april), per-step
   sampling parameters (e3).
 * Validation (`partition_id="val"`) is verl's own sampling, untouched.
+* Checkpoints: the trainer's `_save_checkpoint` / `_load_checkpoint` (on that instance, as above) also
+  write and read `rollwise_planner.pt` in verl's `global_step_N` folder: the planner's state (kept
+  responses with their TransferQueue fields), PromptHistory, RNG, steps done and the ledger, as plain
+  data; it is written before verl's files, so verl's latest-iteration marker (written last) marks a
+  checkpoint that holds it. A resumed run decides as the uninterrupted one would.
 
 `sampler_kwargs`: planner (spec, required), planner_options ({component: kwargs}), seed (0), n (default
 `actor_rollout_ref.rollout.n`), success_threshold (1.0), correct_field (a `reward_extra_info` key such
@@ -54,11 +59,13 @@ CPU tests do) and a CPU stand-in for the rollout server; a full verl run needs G
 from __future__ import annotations
 
 import inspect
+import os
 import time
 import uuid
 import warnings
 import weakref
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -67,6 +74,7 @@ from ..control.base import Planner, Wave
 from ..core.ledger import Ledger
 from ..core.types import Group, Prompt, Request
 from ..generate.engine import Finished
+from ..run.checkpoint import CKPT_FORMAT, read_checkpoint, to_plain
 from ..run.driver import StepDriver
 from .host import LazyPool
 from .verl_agent_loop import AGENT_NAME, SEGMENT_FIELD, WATCH_FIELD, WatchServer
@@ -97,6 +105,8 @@ HOOKS = {
     ("ReplayBuffer", "_wait_for_next_poll"): ("self", "partition_id", "last_debug_time"),
     ("PPOTrainer", "_next_train_batch"): ("self", "num_prompts"),
     ("PPOTrainer", "_add_prompts_to_generate"): ("self", "num_prompts"),
+    ("PPOTrainer", "_save_checkpoint"): ("self",),
+    ("PPOTrainer", "_load_checkpoint"): ("self",),
 }
 # Source fragments whose absence means the contract moved: the trainer hands its refill method to the
 # sampler, submits through _next_train_batch, and the agent loop reads the per-prompt n from the batch.
@@ -105,7 +115,11 @@ SOURCE = {
     ("PPOTrainer", "_add_prompts_to_generate"): "self._next_train_batch(num_prompts)",
     ("PPOTrainer", "_add_batch_to_generate"): "self._next_train_batch()",
     ("AgentLoopWorkerTQ", "_run_prompt"): '"__rollout_n__"',
+    # a checkpoint's folder, where the planner's state goes beside verl's (data.pt, actor/)
+    ("PPOTrainer", "_save_checkpoint"): 'self.config.trainer.default_local_dir, f"global_step_{self.global_steps}"',
+    ("PPOTrainer", "_load_checkpoint"): 'self.global_steps = int(global_step_folder.split("global_step_")[-1])',
 }
+STATE_FILE = "rollwise_planner.pt"  # the planner, its PromptHistory, RNG and ledger, in global_step_N/
 _OPTIONS = {"planner", "planner_options", "seed", "n", "success_threshold", "correct_field", "segment_tokens"}
 
 
@@ -187,6 +201,7 @@ class RollwiseReplayBuffer(ReplayBuffer):
         self.correction = _refuse_what_this_config_cannot_serve(probe.planner, trainer.config, self.host_name,
                                                                 self.watched, self.segment_tokens)
         trainer._next_train_batch = self._next_train_batch  # this trainer's prompts now come from the planner
+        _checkpoint_with(trainer, self)  # and its checkpoints carry the planner's state
         self.host: VerlHost | None = None
         self.ledger = Ledger()  # rollwise's token accounting of this run, written by rollwise's StepDriver
         self.engine = TransferQueueEngine(self)
@@ -230,6 +245,45 @@ class RollwiseReplayBuffer(ReplayBuffer):
         pool = LazyPool(len(dataset), _blank_prompt)
         return VerlHost(self.spec, pool, batch_size=int(cfg.data.train_batch_size), n=n, host=self.host_name,
                         seed=self.seed, options=self.options)
+
+    # ---- checkpoints: the planner's state in verl's global_step_N folder ------------------------
+    def state_dict(self) -> dict:
+        """The planner's state (components, PromptHistory, RNG, steps done) and the run's ledger: what a
+        resumed run needs to decide as the uninterrupted one would. Between steps only."""
+        if self._step_uids:
+            raise RuntimeError(f"{self.host_name}: cannot save the planner in the middle of a step")
+        host = self.host if self.host is not None else self._build_host()
+        return {"format": CKPT_FORMAT, "planner": self.spec, "options": self.options,
+                "host": host.state_dict(), "ledger": self.ledger.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state.get("planner") != self.spec or state.get("options") != self.options:
+            raise ValueError(f"{self.host_name}: the checkpoint's planner {state.get('planner')!r} "
+                             f"(options {state.get('options')}) is not this run's {self.spec!r} "
+                             f"(options {self.options})")
+        host = self._build_host()
+        host.load_state_dict(state["host"])
+        self.host = host
+        self.ledger.load_state_dict(state["ledger"])
+
+    def save_state(self, folder: str) -> str:
+        """Write the state into a checkpoint folder (plain data: it loads without running code)."""
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, STATE_FILE)
+        tmp = path + ".tmp"
+        torch.save(to_plain(self.state_dict()), tmp)
+        os.replace(tmp, path)  # a kill mid-save leaves no half-written state
+        return path
+
+    def load_state(self, folder: str) -> bool:
+        """Read the state a checkpoint folder holds; False (with a warning) if it holds none."""
+        path = os.path.join(folder, STATE_FILE)
+        if not os.path.exists(path):
+            warnings.warn(f"{path} is missing (a checkpoint saved without rollwise's planner state): the planner "
+                          "starts afresh, with an empty PromptHistory", stacklevel=2)
+            return False
+        self.load_state_dict(read_checkpoint(Path(path)))
+        return True
 
     def _batch(self, requests: list[Request]):
         """The rows of the requested prompts, as the trainer's dataloader would give them, with a fresh
@@ -460,6 +514,42 @@ class TransferQueueEngine:
         """Every group this engine returned since the last call (the step's rollouts)."""
         out, self._generated = self._generated, []
         return out
+
+
+def _checkpoint_with(trainer, buffer: RollwiseReplayBuffer) -> None:
+    """Route this trainer instance's checkpoints through the buffer too: its `_save_checkpoint` writes the
+    planner's state into the global_step_N folder first (verl's latest-iteration marker, written last,
+    then marks a checkpoint that holds it), and `_load_checkpoint` reads it from the folder verl resumed."""
+    save, load = getattr(trainer, "_save_checkpoint", None), getattr(trainer, "_load_checkpoint", None)
+    if not (callable(save) and callable(load)):  # a trainer that does not checkpoint
+        return
+
+    def _save_checkpoint():
+        folder = os.path.join(trainer.config.trainer.default_local_dir, f"global_step_{trainer.global_steps}")
+        buffer.save_state(folder)
+        return save()
+
+    def _load_checkpoint():
+        out = load()
+        folder = _resumed_folder(trainer)
+        if folder is not None:
+            buffer.load_state(folder)
+        return out
+
+    trainer._save_checkpoint, trainer._load_checkpoint = _save_checkpoint, _load_checkpoint
+
+
+def _resumed_folder(trainer) -> str | None:
+    """The global_step_N folder verl's `_load_checkpoint` just resumed from (None: it started afresh), found
+    as verl finds it."""
+    cfg = trainer.config.trainer
+    if cfg.resume_mode == "disable" or not trainer.global_steps:
+        return None
+    if cfg.resume_mode == "resume_path":
+        folder = cfg.resume_from_path
+    else:  # "auto": the latest checkpoint, whose step verl has set
+        folder = os.path.join(cfg.default_local_dir, f"global_step_{trainer.global_steps}")
+    return folder if os.path.isabs(folder) else os.path.join(os.getcwd(), folder)
 
 
 def _blank_prompt(i: int) -> Prompt:

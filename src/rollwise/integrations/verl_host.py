@@ -17,28 +17,90 @@ tokens (treepo) or carried across steps (april), and per-step or per-request sam
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
+import torch
 
 from ..control.base import Planner, StepContext, Wave, build_planner
 from ..control.capabilities import Partial, Speculator, Watcher, find
 from ..core.history import PromptHistory
-from ..core.types import DEFAULT_SAMPLING, LightRollout, Meta, Prompt
+from ..core.types import DEFAULT_SAMPLING, KIND_TAG, LightRollout, Meta, Prompt, rollout_kind
 from .host import PlannerHost, _refuse_what_hosts_cannot_set
 
 
+@rollout_kind("verl")
 @dataclass(slots=True, eq=False, weakref_slot=True)
 class VerlRollout(LightRollout):
     """One agent-loop session as rollwise sees it: its outcome and length (LightRollout), the
     TransferQueue keys of its outputs (`{uid}_{session}_{index}`), what an in-flight watcher attached
     (`meta`: is_weight), and, once a planner component keeps it beyond its step (AR3PO's stored correct
     responses, pilot-commit's pilots), `saved`: its fields and tags copied out of TransferQueue before
-    verl clears them, so that it can be trained in a later step."""
+    verl clears them, so that it can be trained in a later step. A component's state_dict keeps it as
+    plain data (`to_state`), its saved fields included, so a checkpoint carries it."""
 
     keys: tuple = ()
     meta: dict = field(default_factory=Meta)
     saved: tuple | None = None  # (TensorDict of its outputs, [their tags])
+
+    def to_state(self) -> dict:
+        d = {f.name: getattr(self, f.name) for f in fields(self)
+             if f.name not in ("saved", "token_ids_T", "logprobs_T")}  # a light rollout has no tokens here
+        d.update(keys=list(self.keys), meta=dict(self.meta), prompt_ids=list(self.prompt_ids))
+        d["saved"] = None if self.saved is None else {"fields": _plain_tensordict(self.saved[0]),
+                                                      "tags": [dict(t) for t in self.saved[1]]}
+        d[KIND_TAG] = "verl"
+        return d
+
+    @classmethod
+    def from_state(cls, d: dict) -> "VerlRollout":
+        names = {f.name for f in fields(cls)} - {"saved", "token_ids_T", "logprobs_T"}
+        kw = {k: v for k, v in d.items() if k in names}
+        kw.update(keys=tuple(d["keys"]), meta=Meta(d.get("meta") or {}), prompt_ids=tuple(d.get("prompt_ids", ())))
+        if kw.get("reward_parts") is not None:
+            kw["reward_parts"] = tuple(kw["reward_parts"])
+        saved = d.get("saved")
+        if saved is not None:
+            kw["saved"] = (_tensordict(saved["fields"]), [dict(t) for t in saved["tags"]])
+        return cls(**kw)
+
+
+def _plain_tensordict(td) -> dict:
+    """A TensorDict read from TransferQueue as plain data (rollwise's checkpoint format): tensors, jagged
+    tensors as their rows, non-tensor fields as their values, nested TensorDicts likewise."""
+    from tensordict import TensorDictBase
+    from tensordict.utils import is_non_tensor
+
+    out = {}
+    for k, v in td.items():
+        if is_non_tensor(v):
+            out[k] = {"values": list(v.tolist())}
+        elif isinstance(v, TensorDictBase):
+            out[k] = {"tensordict": _plain_tensordict(v)}
+        elif isinstance(v, torch.Tensor) and v.is_nested:
+            out[k] = {"jagged": [t.clone() for t in v.unbind()]}
+        elif isinstance(v, torch.Tensor):
+            out[k] = {"tensor": v.clone()}
+        else:
+            raise TypeError(f"a kept row's TransferQueue field {k!r} is a {type(v).__name__}, which a checkpoint "
+                            "cannot hold")
+    return {"batch_size": list(td.batch_size), "fields": out}
+
+
+def _tensordict(plain: dict):
+    from tensordict import NonTensorStack, TensorDict
+
+    data = {}
+    for k, v in plain["fields"].items():
+        if "values" in v:
+            data[k] = NonTensorStack.from_list(list(v["values"]))
+        elif "tensordict" in v:
+            data[k] = _tensordict(v["tensordict"])
+        elif "jagged" in v:
+            data[k] = torch.nested.as_nested_tensor(list(v["jagged"]), layout=torch.jagged)
+        else:
+            data[k] = v["tensor"]
+    return TensorDict(data, batch_size=plain["batch_size"])
 
 
 class VerlHost(PlannerHost):
