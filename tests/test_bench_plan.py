@@ -1,6 +1,7 @@
 """`rollwise bench --plan`: a bad plan is one line naming the problem; a tiny plan runs end to end on the
 simulator, resumes, refuses a changed plan, and reports Holm-adjusted verdicts; status and dry run."""
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -290,3 +291,24 @@ def test_also_against_compares_an_arm_with_another_arm_described_not_decided(tmp
                          (["nope"], "also_against 'nope' must be another arm"), ([{"x": 1}], "must be another arm")):
         with pytest.raises(planmod.PlanError, match=message):
             planmod.parse_plan(PLAN.replace("  greso: {planner: greso}", f"  greso: {{planner: greso, also_against: {bad}}}"))
+
+
+def test_a_plan_runs_every_arm_from_one_queue(tmp_path, monkeypatch):
+    """No core idles at an arm's last seed: with 2 jobs, 3 arms x 1 seed start as 2 + 1, the second arm's
+    run beside the first's (one bench per arm would run them one at a time)."""
+    import time as _time
+
+    from rollwise.bench import runner
+
+    started = []
+    monkeypatch.setattr(runner, "_ensure_base", lambda cfg, log: None)
+    monkeypatch.setattr(runner, "run_command", lambda cfg, *key: started.append((cfg.out, _time.perf_counter()))
+                        or [sys.executable, "-c", "import time; time.sleep(1.0)"])
+    f = write(tmp_path, PLAN.replace("engine: sim\n", "").replace("seeds: [0, 1, 2, 3, 4, 5]", "seeds: [0]")
+              .replace("family: [grpo-aa, greso]", "family: [grpo-aa, greso]\nnotes: one seed"))
+    p, raw = planmod.load_plan(f)
+    planmod.run_plan(p, raw, f, tmp_path / "out", jobs=2, log=lambda m: None)
+    arms = [Path(o).name for o, _ in started]
+    assert arms == ["grpo", "grpo-aa", "greso"]
+    assert started[1][1] - started[0][1] < 0.8 and started[2][1] - started[0][1] >= 0.9
+    assert all((Path(o) / "runs/default").exists() for o, _ in started)

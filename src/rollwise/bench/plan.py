@@ -422,7 +422,7 @@ def recorded_plan(out: Path) -> Plan:
 def run_plan(plan: Plan, raw: bytes, plan_path: Path, out: Path, jobs: int = 2, log=print) -> None:
     """Record the plan, then run every arm's bench (finished runs reused, unfinished ones resumed)."""
     from ..run.rundir import OutLock
-    from .runner import run_all
+    from .runner import run_benches
 
     configs = {a: arm_config(plan, a, out, jobs) for a in plan.arms}  # bad task options fail before anything
     if plan.engine != "sim":  # and bad settings: a plan recorded with them could never run, nor change
@@ -439,4 +439,4 @@ def run_plan(plan: Plan, raw: bytes, plan_path: Path, out: Path, jobs: int = 2, 
         record_plan(plan, raw, plan_path, out)
         for arm, cfg in configs.items():
             log(f"bench plan {plan.name}: arm {arm} ({plan.arms[arm].planner}), seeds {cfg.seed_values[0]}..{cfg.seed_values[-1]}")
-            run_all(cfg, log=log)
+        run_benches(list(configs.values()), jobs, log=log)  # one queue: no core idles at an arm's last seed

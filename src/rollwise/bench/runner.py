@@ -191,8 +191,46 @@ def check_engine(name: str) -> None:
 def run_all(cfg: BenchConfig, log=print) -> None:
     """Every run of the bench, `jobs` at a time. The bench holds a lock on its --out while it runs (a
     second bench on it fails at once), and each trainer holds its own run directory's."""
+    run_benches([cfg], cfg.jobs, log)
+
+
+def run_benches(cfgs: list[BenchConfig], jobs: int, log=print) -> None:
+    """The runs of several benches (a plan's arms) from one queue, `jobs` at a time, so no core idles while
+    an arm's last seed runs alone. Each bench's --out is locked while its runs go."""
+    from contextlib import ExitStack
+
     from ..run.rundir import OutLock
 
+    if jobs < 1:
+        raise ValueError(f"bench: --jobs must be >= 1, got {jobs}")
+    for cfg in cfgs:
+        _check(cfg)
+    with ExitStack() as locks:
+        queue = []
+        for cfg in cfgs:
+            Path(cfg.out).mkdir(parents=True, exist_ok=True)
+            locks.enter_context(OutLock(Path(cfg.out), "bench --out"))
+            queue += [(cfg, k) for k in _prepare(cfg, log)]
+        if not queue:
+            return
+        for cfg in {id(c): c for c, _ in queue}.values():
+            _ensure_base(cfg, log)
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "ROLLWISE_PROGRESS": "0"}
+        running: list[tuple[subprocess.Popen, BenchConfig, tuple, float]] = []
+        try:
+            _run_processes(queue, jobs, running, env, log)
+        finally:  # a stopped bench (Ctrl-C, SIGTERM) stops its trainers: no orphan writes into run dirs
+            for proc, _, _, _ in running:
+                if proc.poll() is None:
+                    proc.terminate()
+            for proc, _, _, _ in running:
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+
+
+def _check(cfg: BenchConfig) -> None:
     check_engine(cfg.engine)
     if cfg.jobs < 1:
         raise ValueError(f"bench: --jobs must be >= 1, got {cfg.jobs}")
@@ -203,12 +241,11 @@ def run_all(cfg: BenchConfig, log=print) -> None:
         raise ValueError(f"bench: --seed-start must be >= 0, got {cfg.seed_start}")
     if not str(cfg.out).strip():
         raise ValueError("bench: --out must name a directory, got an empty string")
-    Path(cfg.out).mkdir(parents=True, exist_ok=True)
-    with OutLock(Path(cfg.out), "bench --out"):
-        _run_all(cfg, log)
 
 
-def _run_all(cfg: BenchConfig, log) -> None:
+def _prepare(cfg: BenchConfig, log) -> list[tuple]:
+    """Check every run's settings, write each unfinished run's bench.json, and return the runs still to
+    make (the simulator's sub-second runs are made here, in this process, and none is returned)."""
     keys = [(m, p, s) for m in cfg.mixes for p in cfg.planners for s in seed_list(cfg)]
     named = {k.split(".")[1] for k in cfg.extra if k.startswith("planner_options.")} | set(
         cfg.extra["planner_options"] if isinstance(cfg.extra.get("planner_options"), dict) else ())
@@ -234,21 +271,8 @@ def _run_all(cfg: BenchConfig, log) -> None:
 
         for key in todo:
             run_sim_bench(cfg, *key, run_dir(cfg, *key), log=log)
-        return
-    _ensure_base(cfg, log)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "ROLLWISE_PROGRESS": "0"}
-    running: list[tuple[subprocess.Popen, tuple, float]] = []
-    try:
-        _run_processes(cfg, todo, running, env, log)
-    finally:  # a stopped bench (Ctrl-C, SIGTERM) stops its trainers: no orphan writes into run dirs
-        for proc, _, _ in running:
-            if proc.poll() is None:
-                proc.terminate()
-        for proc, _, _ in running:
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        return []
+    return todo
 
 
 def trainer_warnings(log_path: Path, start: int = 0) -> list[str]:
@@ -281,47 +305,49 @@ def finished_cpu_seconds(proc: subprocess.Popen) -> float | None:
     return float(usage.ru_utime + usage.ru_stime)
 
 
-def _run_processes(cfg: BenchConfig, todo: list, running: list, env: dict, log) -> None:
+def _run_processes(queue: list, jobs: int, running: list, env: dict, log) -> None:
+    """Run the (bench config, run key) items of `queue`, `jobs` at a time."""
     failures = []
     starts: dict = {}
     last_progress = time.perf_counter()
-    while todo or running:
-        while todo and len(running) < cfg.jobs:
-            key = todo.pop(0)
+    while queue or running:
+        while queue and len(running) < jobs:
+            cfg, key = queue.pop(0)
             d = run_dir(cfg, *key)
             d.mkdir(parents=True, exist_ok=True)
             logf = open(d / "train.log", "a")
-            starts[key] = logf.tell()  # this run's part of the log begins here (a resumed bench appends)
+            starts[d] = logf.tell()  # this run's part of the log begins here (a resumed bench appends)
             proc = subprocess.Popen(run_command(cfg, *key), stdout=logf, stderr=subprocess.STDOUT,
                                     env={**env, "ROLLWISE_PARENT_PID": str(os.getpid())})
-            running.append((proc, key, time.perf_counter()))
+            running.append((proc, cfg, key, time.perf_counter()))
         time.sleep(0.2)
         if time.perf_counter() - last_progress >= PROGRESS_EVERY_S:  # runs take minutes: say where they are
             last_progress = time.perf_counter()
-            for line in filter(None, (progress_line(cfg, key) for _, key, _ in running)):
+            for line in filter(None, (progress_line(cfg, key) for _, cfg, key, _ in running)):
                 log(line)
         for item in list(running):
-            proc, key, t0 = item
+            proc, cfg, key, t0 = item
             cpu = finished_cpu_seconds(proc)
             if cpu is None:
                 continue
             running.remove(item)
             d = run_dir(cfg, *key)
-            warnings = trainer_warnings(d / "train.log", starts.pop(key, 0))
+            name = f"{key[0]}/{key[1]}/seed{key[2]}"
+            warnings = trainer_warnings(d / "train.log", starts.pop(d, 0))
             for w in warnings[:3]:  # a run whose reward failed must not pass as a plain result
-                log(f"bench: {key[0]}/{key[1]}/seed{key[2]}: {w}")
+                log(f"bench: {name}: {w}")
             if len(warnings) > 3:
-                log(f"bench: {key[0]}/{key[1]}/seed{key[2]}: {len(warnings) - 3} more warnings in {d / 'train.log'}")
+                log(f"bench: {name}: {len(warnings) - 3} more warnings in {d / 'train.log'}")
             if proc.returncode == 0:
                 (d / "done.json").write_text(json.dumps({"seconds": time.perf_counter() - t0, "cpu_seconds": cpu,
                                                          "warnings": warnings}))
-                log(f"bench: done {key[0]}/{key[1]}/seed{key[2]} in {time.perf_counter() - t0:.0f}s")
+                log(f"bench: done {name} in {time.perf_counter() - t0:.0f}s")
             else:
-                failures.append(key)
-                log(f"bench: FAILED {key[0]}/{key[1]}/seed{key[2]} (exit {proc.returncode}); see {d / 'train.log'}")
+                failures.append(d)
+                log(f"bench: FAILED {name} (exit {proc.returncode}); see {d / 'train.log'}")
     if failures:
-        raise BenchFailed(f"{len(failures)} bench runs failed: {', '.join('/'.join(map(str, k)) for k in failures)}; "
-                          f"see train.log in each run directory under {Path(cfg.out) / 'runs'}")
+        raise BenchFailed(f"{len(failures)} bench runs failed: {', '.join(str(d) for d in failures)}; "
+                          "see train.log in each")
 
 
 def progress_line(cfg: BenchConfig, key: tuple) -> str | None:
