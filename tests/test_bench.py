@@ -137,6 +137,12 @@ def test_progress_line_reads_a_running_runs_metrics(tmp_path):
             {"step": 12, "tokens": 14_210}]
     (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 13, "tok')
     assert progress_line(cfg, key) == "bench: default/uniform/seed0 step 12 tokens 14.2k/40k acc 0.510"
+    # a plan's compute-ended run says its arm and its compute against the budget
+    arm = BenchConfig(out=str(tmp_path / "arms" / "grpo-n4"), budget_compute=950_000)
+    d = run_dir(arm, *key)
+    d.mkdir(parents=True)
+    (d / "metrics.jsonl").write_text(json.dumps({"step": 7, "tokens": 70_000, "compute": 131_400.5}) + "\n")
+    assert progress_line(arm, key) == "bench: grpo-n4/seed0 step 7 compute 131k/950k"
 
 
 def test_markdown_table_still_reads_a_summary_written_before_the_new_figures():

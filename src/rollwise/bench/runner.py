@@ -358,6 +358,9 @@ def progress_line(cfg: BenchConfig, key: tuple) -> str | None:
         return None
     accs = [r["eval_acc"] for r in rows if "eval_acc" in r]
     acc = f" acc {accs[-1]:.3f}" if accs else ""
+    if cfg.budget_compute and "compute" in rows[-1]:  # a plan's run: its arm (the bench's dir) and its compute
+        return (f"bench: {Path(cfg.out).name}/seed{key[2]} step {rows[-1]['step']} compute "
+                f"{rows[-1]['compute'] / 1e3:.0f}k/{cfg.budget_compute / 1e3:g}k{acc}")
     return (f"bench: {key[0]}/{key[1]}/seed{key[2]} step {rows[-1]['step']} tokens "
             f"{rows[-1]['tokens'] / 1e3:.1f}k/{cfg.budget_tokens / 1e3:g}k{acc}")
 
