@@ -154,6 +154,13 @@ def test_a_tiny_plan_runs_end_to_end_resumes_and_refuses_a_changed_plan(tmp_path
     report = (out / "report.md").read_text()
     assert "EXPLORATORY" in report and "m = 2" in report and "data seed 0" in report
     assert "plan_diffs.png" in report and (out / "plan_diffs.png").exists()
+    # every arm's mean curve over the compute budget, its first point the mean of the base evaluations
+    assert (out / "plan_curves.png").exists() and set(summary["curves"]) == {"grpo", "grpo-aa", "greso"}
+    c = summary["curves"]["grpo"]
+    assert c["seeds"] == 6 and c["x"][-1] == 4000 and len(c["mean"]) == len(c["se"]) == 25
+    run0 = [json.loads(x) for x in (out / "arms/grpo/runs/default/uniform/seed0/metrics.jsonl").read_text().splitlines()]
+    assert c["mean"][0] == pytest.approx(run0[0]["eval_acc"]) and c["se"][0] == pytest.approx(0)  # one base
+    assert f"| grpo | 6 | {c['mean'][0]:.3f} ± 0.000 |" in report
     # sim rows carry no prompt/learner tokens: the report says what the compute units leave out
     assert summary["missing_counts"] == ["learner_tokens", "prompt_tokens"]
     mtimes = {q: q.stat().st_mtime_ns for q in out.rglob("metrics.jsonl")}

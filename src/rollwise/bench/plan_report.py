@@ -80,6 +80,15 @@ def also_against(plan: Plan, runs: dict, arm: str, other: str, axis, rng) -> dic
             "rows_per_group": float(np.mean([rows_per_group(b[i]["rows"]) for i in paired]))}
 
 
+def mean_curve(runs: list[list[dict]], budget: float, points: int = 25) -> dict:
+    """The primary metric's mean over seeds, and its standard error, read (interpolated) at `points` evenly
+    spaced compute values from 0 to the budget: the curve the report plots with its band."""
+    x = np.linspace(0.0, budget, points)
+    ys = np.array([stats.acc_at(r, x) for r in runs])
+    se = ys.std(0, ddof=1) / np.sqrt(len(ys)) if len(ys) > 1 else np.zeros(points)
+    return {"x": x.tolist(), "mean": ys.mean(0).tolist(), "se": se.tolist(), "seeds": len(ys)}
+
+
 def summarize_plan(plan: Plan, out: Path, bootstrap_seed: int = 0, power_sims: int = 400) -> dict:
     profile = costs.load_profile(plan.profile)
     metric = plan.metric()
@@ -165,6 +174,8 @@ def summarize_plan(plan: Plan, out: Path, bootstrap_seed: int = 0, power_sims: i
     for a, d in summary["arms"].items():
         if d.get("seeds_paired") and a not in plan.family:
             d["verdict"] = "outside the family (described, not decided)"
+    summary["curves"] = {a: mean_curve([axis(r) for r in rs if r is not None], budget)
+                         for a, rs in runs.items() if any(r is not None for r in rs)}
     summary["missing_counts"] = sorted(missing_counts)
     summary["min_seeds_for_family"] = stats.min_seeds_for_family(len(plan.family), plan.alpha)
     return summary
@@ -261,7 +272,13 @@ def markdown(summary: dict) -> str:
     if held:
         lines += ["", "Runs whose evaluations stop before the compute budget (their last value is held): "
                   + ", ".join(f"{a} {n}" for a, n in held.items()) + "."]
-    lines += ["", "![per-seed differences](plan_diffs.png)", "",
+    lines += ["", "Mean primary metric over the compute budget (± 1 s.e. over seeds), every arm:", "",
+              "| arm | seeds | " + " | ".join(f"{f:g}" for f in (0, 0.25, 0.5, 0.75, 1)) + " of the budget |",
+              "|---|---|---|---|---|---|---|"]
+    for a, c in summary.get("curves", {}).items():
+        idx = [round(f * (len(c["x"]) - 1)) for f in (0, 0.25, 0.5, 0.75, 1)]
+        lines.append(f"| {a} | {c['seeds']} | " + " | ".join(f"{c['mean'][i]:.3f} ± {c['se'][i]:.3f}" for i in idx) + " |")
+    lines += ["", "![curves](plan_curves.png)", "", "![per-seed differences](plan_diffs.png)", "",
               "Each arm's per-seed differences (dots), their mean (diamond) and 95% bootstrap interval (bar), primary "
               "figure; family arms in colour."]
     return "\n".join(lines) + "\n"
@@ -292,6 +309,31 @@ def plot(summary: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def plot_curves(summary: dict, path: Path) -> None:
+    """Every arm's mean primary metric over the compute budget with a band of ±1 s.e. over seeds; the
+    baseline in black."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for a, c in summary["curves"].items():
+        base = a == summary["baseline"]
+        x, m, se = np.asarray(c["x"]), np.asarray(c["mean"]), np.asarray(c["se"])
+        line, = ax.plot(x, m, color="black" if base else None, lw=2.2 if base else 1.2,
+                        label=f"{a} ({c['seeds']} seeds)")
+        ax.fill_between(x, m - se, m + se, color=line.get_color(), alpha=0.15 if base else 0.08, lw=0)
+    ax.set_xlabel(f"compute units ({summary['profile']})")
+    ax.set_ylabel(f"{summary['metric']} ({summary['data']})")
+    ax.set_title(f"{summary['plan']} ({summary['kind']}): mean over seeds, band ±1 s.e.", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right", ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
 def write_plan_report(plan: Plan, out: Path) -> dict:
     summary = summarize_plan(plan, out)
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
@@ -299,4 +341,5 @@ def write_plan_report(plan: Plan, out: Path) -> dict:
     (out / "report.md").write_text(text)
     (out / "report.html").write_text(_html(text))
     plot(summary, out / "plan_diffs.png")
+    plot_curves(summary, out / "plan_curves.png")
     return summary
