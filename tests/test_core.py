@@ -159,6 +159,40 @@ def test_the_ledger_moves_fates_and_groups_only_hold_data():
     assert L.count("pilot", "open") == 8 and L.count_rollouts("pilot") == 2 and L.count(fate="new") == 0
 
 
+def test_moving_many_groups_at_once_counts_as_one_at_a_time():
+    """The ledger moves a list of groups in one call (move_groups, tallied by purpose for count-level
+    groups): the same counts and the same fates as moving them one by one, for count-level groups, plain
+    ones, and a fate by purpose that leaves some purposes where they are."""
+    from rollwise.core.ledger import move_group, move_groups
+    from rollwise.core.types import Segment
+
+    class Counted(Group):
+        def __init__(self, prompt, segs):
+            super().__init__(prompt, [])
+            self.segs = segs
+
+        def segments(self):
+            return self.segs
+
+    def groups():
+        return [Counted(Prompt(1, "p", "a"), [Segment("train", 3, 30), Segment("pilot", 2, 8)]),
+                make_group(2, [1, 0], length=4),
+                Counted(Prompt(3, "p", "a"), [Segment("train", 4, 41, fate="open"), Segment("train", 1, 5)])]
+
+    for to in ("open", {"train": "open"}):
+        one_by_one, at_once = groups(), groups()
+        acc1, acc2 = {}, {}
+        for g in one_by_one:
+            move_group(g, "new", to, acc1)
+        move_groups(at_once, "new", to, acc2)
+        assert acc1 == acc2
+        assert [s.fate for g in (at_once[0], at_once[2]) for s in g.segs] == \
+            [s.fate for g in (one_by_one[0], one_by_one[2]) for s in g.segs]
+    # by hand: train segments 3 + 1 rollouts (30 + 5 tokens; the "open" one stays) and the plain group's 2 x 4
+    assert acc2 == {("train", "decoded", "new", "open"): [3 + 1 + 2, 30 + 5 + 8]}
+    assert [s.fate for s in at_once[0].segs] == ["open", "new"]
+
+
 def test_rollout_state_roundtrip_keeps_reward_parts():
     import io
 

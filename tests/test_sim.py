@@ -369,3 +369,65 @@ def test_cli_prints_one_json_line(capsys, tmp_path):
     assert len(rows.read_text().splitlines()) == 6
     assert main(["--planner", "hive", "--prompts", "100", "--quiet"]) == 2
     assert "the simulator cannot run planner 'hive': hive needs the policy itself" in capsys.readouterr().err
+
+
+def test_dynamics_merges_a_prompt_trained_twice_in_one_step():
+    """Two groups of one prompt in a batch (rare: the duplicate check runs every step) move the prompt
+    once, by their summed signal. By hand (n = n_ref = 16, half right: u = 2 * 0.5 * 0.5 = 0.5 each):
+    theta = eta_prompt * (0.5 + 0.5) = 0.6, G = eta_global / B * 1.0 = 0.004 / 2."""
+    pop = Population(20, PopulationConfig(clusters=1, skill0=0.0), seed=0)
+    Dynamics(pop, DynamicsConfig(forget=0.0, forget_prompt=0.0)).update(0, [5, 5], [16, 16], [8, 8], batch_size=2)
+    assert pop.theta[5] == pytest.approx(0.6) and pop.G == pytest.approx(0.002)
+    assert np.count_nonzero(pop.theta) == 1
+
+
+def test_batch_carries_the_driver_counts_only_when_every_group_trains():
+    """The driver's count of the step's groups (its visits) is handed to the batch when every group of
+    the step trains (uniform), so the simulator's learner does not count again; when some are held back
+    (DAPO's filter) the batch has none and the learner counts its own groups: the same figures either way."""
+    from rollwise.control.base import StepContext
+    from rollwise.core.history import GroupStats
+
+    for planner, shared in (("uniform", True), ("dapo", False)):
+        sim = _sim(planner, prompts=2000, batch=32, n=4)
+        ctx = StepContext(0, 32, 4, sim.pool, sim.history, sim.ledger, sim.rng)
+        out = sim.driver.collect(sim.planner, ctx, 0)
+        assert (out.batch.stats is out.visits) is shared and (out.batch.stats is None) is not shared
+        assert bool(out.assembled.rejected) is not shared  # DAPO did hold some back: the test means something
+        recount = GroupStats.of(out.batch.groups, drop_empty=False)
+        fresh = copy.deepcopy(sim.learner)
+        stats = sim.learner.update(out.batch)
+        out.batch.stats = None
+        assert fresh.update(out.batch) == stats
+        if shared:
+            assert all(np.array_equal(getattr(out.visits, f.name), getattr(recount, f.name))
+                       for f in dataclasses.fields(GroupStats))
+
+
+def test_the_loop_sets_the_heap_aside_and_gives_it_back():
+    """Simulator.run freezes the objects made before its loop (gc.freeze: the collector's full passes
+    skip them) and unfreezes them after, also when a step fails; a caller's own freeze is left alone."""
+    import gc
+
+    from rollwise.sim.runner import heap_frozen
+
+    before = gc.get_freeze_count()
+    assert before == 0  # nothing froze the test process's heap
+    seen = []
+    sim = _sim()
+    step = sim.train_step
+    sim.train_step = lambda: (seen.append(gc.get_freeze_count()), step())[1]
+    sim.run(steps=2)
+    assert len(seen) == 2 and min(seen) > 0 and gc.get_freeze_count() == 0
+    with pytest.raises(RuntimeError, match="boom"):
+        with heap_frozen():
+            raise RuntimeError("boom")
+    assert gc.get_freeze_count() == 0
+    gc.freeze()
+    try:
+        mine = gc.get_freeze_count()
+        with heap_frozen():
+            pass
+        assert gc.get_freeze_count() == mine  # not unfrozen by the loop
+    finally:
+        gc.unfreeze()

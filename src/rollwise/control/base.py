@@ -332,6 +332,8 @@ class Planner:
         self.segment_tokens = min((p.segment_tokens for p in partial if p.segment_tokens), default=None)
         for c in components:
             c.bind(pool_size)
+        # the components with an accept rule of their own (the base's accepts every group): asked per group
+        self._acceptors = [c for c in components if type(c).accept is not Component.accept]
 
     @property
     def name(self) -> str:
@@ -509,14 +511,16 @@ class Planner:
         return requests
 
     def _more(self, groups: list[Group], ctx: StepContext):
-        for g in groups:  # new or grown this round: asked again at the next count, the others' verdicts stand
-            self._verdicts.pop(g.prompt.id, None)
+        refill = self.refill
+        if refill:  # the verdicts count the accepted groups for a refill (below); nothing else reads them
+            for g in groups:  # new or grown this round: asked again at the next count, the others' verdicts stand
+                self._verdicts.pop(g.prompt.id, None)
         requests = []
         for c in self.components:
             requests += yield from self._run(c.more(groups, ctx))
         if requests:
             return requests
-        if self.refill:
+        if refill:
             for pid, g in ctx.groups.items():
                 if pid not in self._verdicts:
                     self._verdicts[pid] = self._accepts(g, ctx)
@@ -533,11 +537,14 @@ class Planner:
         groups = list(ctx.groups.values())
         for c in self.components:
             groups = yield from self._run(c.finish(groups, ctx))
-        kept = [g for g in groups if self._accepts(g, ctx)]
+        kept = [g for g in groups if self._accepts(g, ctx)] if self._acceptors else list(groups)
         if self.refill:
             kept = kept[: ctx.batch_size]
-        kept_ids = {id(g) for g in kept}
-        rejected = [g for g in groups if id(g) not in kept_ids]
+        if len(kept) == len(groups):  # kept is a subsequence of groups: all kept, none rejected (the usual case)
+            rejected = []
+        else:
+            kept_ids = {id(g) for g in kept}
+            rejected = [g for g in groups if id(g) not in kept_ids]
         dropped, self._dropped = self._dropped, []
         return Assembled(Batch(kept, ctx.step), rejected, groups, list(self.carry.groups), dropped)
 
@@ -571,7 +578,7 @@ class Planner:
 
     # ---- helpers -------------------------------------------------------------------------
     def _accepts(self, g: Group, ctx: StepContext) -> bool:
-        for c in self.components:  # a loop, not all(...): asked ~1,000 times a step in the simulator
+        for c in self._acceptors:  # a loop, not all(...): asked ~1,000 times a step in the simulator
             if not c.accept(g, ctx):
                 return False
         return True

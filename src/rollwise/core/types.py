@@ -15,9 +15,12 @@ Every generated token carries three labels (the one counting scheme of the proje
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
+
+if TYPE_CHECKING:
+    from .history import GroupStats
 
 PURPOSES: tuple[str, ...] = ("train", "pilot", "profile", "oracle", "eval")
 FATES: tuple[str, ...] = ("new", "open", "trained", "discarded", "scored", "aborted", "pruned", "carried")
@@ -385,10 +388,13 @@ class Segment:
 
 @dataclass
 class Batch:
-    """The groups the learner trains on in one step."""
+    """The groups the learner trains on in one step. `stats`: the same groups as columns
+    (core/history.py GroupStats), when the step driver already counted them (every group of the step
+    trains); a learner that reads counts only (the simulator's) takes them instead of counting again."""
 
     groups: list[Group]
     step: int = 0
+    stats: GroupStats | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def rollouts(self) -> list:

@@ -231,7 +231,11 @@ class StepDriver:
         self.settle(assembled, ctx, partial=planner.partial)
         out = StepOutcome(assembled, self._generated)
         if self.history is not None:
-            out.visits = GroupStats.of(ctx.groups.values())
+            groups = list(ctx.groups.values())
+            out.visits = v = GroupStats.of(groups)
+            trained = assembled.batch.groups
+            if len(v) == len(groups) == len(trained) and all(a is b for a, b in zip(trained, groups)):
+                assembled.batch.stats = v  # every group of the step trains: they are the batch's counts too
             out.persist = self.history.zero_variance_persistence(out.visits)  # before recording
             self.history.record(out.visits, ctx.step)
         if self.measure_staleness:

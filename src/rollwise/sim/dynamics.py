@@ -94,7 +94,8 @@ class Dynamics:
             if cfg.normalize == "rows":
                 rows = float(np.asarray(n, dtype=np.float64)[informative].sum())
                 u = u * (B * cfg.n_ref / (rows + cfg.rows_r0))
-            if len(np.unique(ids)) != len(ids):  # one group per prompt is the norm; be safe anyway
+            ordered = np.sort(ids)  # (a sort, not np.unique: this runs every step, and is almost never true)
+            if (ordered[1:] == ordered[:-1]).any():  # one group per prompt is the norm; be safe anyway
                 ids, inv = np.unique(ids, return_inverse=True)
                 u = np.bincount(inv, weights=u)
             pop.G += cfg.eta_global / B * float(u.sum())
