@@ -250,6 +250,15 @@ def test_a_finished_run_records_its_cpu_seconds_apart_from_wall_seconds(tmp_path
     runner.run_all(BenchConfig(out=str(tmp_path), planners=["uniform"], seeds=1, budget_tokens=4000), log=lambda m: None)
     done = json.loads((run_dir(BenchConfig(out=str(tmp_path)), "default", "uniform", 0) / "done.json").read_text())
     assert 0.35 <= done["cpu_seconds"] < 0.9 and done["seconds"] >= 0.95
+    # a resumed run adds the CPU of its stopped parts (kept in cpu_partial.json as the bench stops them)
+    cfg = BenchConfig(out=str(tmp_path / "r"), planners=["uniform"], seeds=1, budget_tokens=4000)
+    d = run_dir(cfg, "default", "uniform", 0)
+    d.mkdir(parents=True)
+    (d / "bench.json").write_text(json.dumps({"settings": runner.run_settings(cfg, "default", "uniform", 0)}))
+    runner.add_partial_cpu(d, 2.0)
+    runner.add_partial_cpu(d, 3.0)
+    runner.run_all(cfg, log=lambda m: None)
+    assert 5.35 <= json.loads((d / "done.json").read_text())["cpu_seconds"] < 5.9
     # a failing run is reaped the same way and is not marked done
     monkeypatch.setattr(runner, "run_command", lambda cfg, *key: [sys.executable, "-c", "raise SystemExit(3)"])
     with pytest.raises(runner.BenchFailed):

@@ -221,13 +221,17 @@ def run_benches(cfgs: list[BenchConfig], jobs: int, log=print) -> None:
             _run_processes(queue, jobs, running, env, log)
         finally:  # a stopped bench (Ctrl-C, SIGTERM) stops its trainers: no orphan writes into run dirs
             for proc, _, _, _ in running:
-                if proc.poll() is None:
+                if proc.returncode is None:
                     proc.terminate()
-            for proc, _, _, _ in running:
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
+            for proc, cfg, key, _ in running:
+                deadline = time.perf_counter() + 30
+                while (cpu := finished_cpu_seconds(proc)) is None and time.perf_counter() < deadline:
+                    time.sleep(0.1)
+                if cpu is None:
                     proc.kill()
+                    proc.wait()
+                else:  # the stopped part's CPU: the resumed run adds it to its own (done.json)
+                    add_partial_cpu(run_dir(cfg, *key), cpu)
 
 
 def _check(cfg: BenchConfig) -> None:
@@ -305,6 +309,13 @@ def finished_cpu_seconds(proc: subprocess.Popen) -> float | None:
     return float(usage.ru_utime + usage.ru_stime)
 
 
+def add_partial_cpu(d: Path, cpu: float) -> None:
+    """Keep the CPU seconds of a stopped part of a run (cpu_partial.json), for its done.json to add up."""
+    f = d / "cpu_partial.json"
+    before = json.loads(f.read_text()).get("cpu_seconds", 0.0) if f.exists() else 0.0
+    f.write_text(json.dumps({"cpu_seconds": before + cpu}))
+
+
 def _run_processes(queue: list, jobs: int, running: list, env: dict, log) -> None:
     """Run the (bench config, run key) items of `queue`, `jobs` at a time."""
     failures = []
@@ -338,7 +349,11 @@ def _run_processes(queue: list, jobs: int, running: list, env: dict, log) -> Non
                 log(f"bench: {name}: {w}")
             if len(warnings) > 3:
                 log(f"bench: {name}: {len(warnings) - 3} more warnings in {d / 'train.log'}")
+            if proc.returncode != 0:  # a failed part's CPU was spent too: a rerun adds it
+                add_partial_cpu(d, cpu)
             if proc.returncode == 0:
+                partial = d / "cpu_partial.json"  # stopped parts before this one (a resumed run)
+                cpu += json.loads(partial.read_text())["cpu_seconds"] if partial.exists() else 0.0
                 (d / "done.json").write_text(json.dumps({"seconds": time.perf_counter() - t0, "cpu_seconds": cpu,
                                                          "warnings": warnings}))
                 log(f"bench: done {name} in {time.perf_counter() - t0:.0f}s")
