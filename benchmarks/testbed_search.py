@@ -9,11 +9,7 @@ wrong or mixed. OUT/curve.json holds the rows; CPU seconds are process time (the
 Then RL from a snapshot: `rollwise train --model runs/testbed_ws/step_750 --task remainder ...`, and
 
     python benchmarks/testbed_search.py --summarize RUN_DIR [RUN_DIR ...] > runs.json
-keeps each run's settings that were varied and its evaluation rows (the search's record), and
-
-    python benchmarks/testbed_search.py --measure BASE_DIR [BASE_DIR ...] > bases.json
-measures finished bases (e.g. one warm start per seed: the spread of warm-start outcomes WAVE3 asks
-for) the way snapshots are measured, each with its build.json's warm-start settings.
+keeps each run's settings that were varied and its evaluation rows (the search's record).
 """
 from __future__ import annotations
 
@@ -69,32 +65,11 @@ def summarize(dirs: list[str]) -> dict:
     return out
 
 
-def measure(dirs: list[str], samples: int = 4, pool_n: int = 96) -> dict:
-    """Snapshot statistics of finished bases, on their task's validation split (default options)."""
-    from rollwise.core.registry import get
-    from rollwise.policy.policy import Policy
-    import rollwise.tasks  # noqa: F401  (registers the tasks)
-
-    torch.set_num_threads(1)
-    out = {}
-    for d in dirs:
-        build = json.loads((Path(d) / "build.json").read_text())
-        task = get("task", build["task"]).obj()
-        t0 = time.process_time()
-        stats = snapshot_stats(Policy.load(d), task, samples, pool_n)
-        out[d] = {"warmstart": build["warmstart"], "warmstart_seconds": build.get("seconds"),
-                  **stats, "measure_cpu_s": round(time.process_time() - t0, 1)}
-    return out
-
-
 def main() -> None:
     import sys
 
     if "--summarize" in sys.argv:
         print(json.dumps(summarize([a for a in sys.argv[1:] if a != "--summarize"]), indent=1))
-        return
-    if "--measure" in sys.argv:
-        print(json.dumps(measure([a for a in sys.argv[1:] if a != "--measure"]), indent=1))
         return
     from rollwise.core.registry import get
     from rollwise.policy.warmstart import WarmStartConfig, deterministic, supervised_warm_start
