@@ -161,6 +161,11 @@ def test_a_tiny_plan_runs_end_to_end_resumes_and_refuses_a_changed_plan(tmp_path
     run0 = [json.loads(x) for x in (out / "arms/grpo/runs/default/uniform/seed0/metrics.jsonl").read_text().splitlines()]
     assert c["mean"][0] == pytest.approx(run0[0]["eval_acc"]) and c["se"][0] == pytest.approx(0)  # one base
     assert f"| grpo | 6 | {c['mean'][0]:.3f} ± 0.000 |" in report
+    # the ranking: each arm's own mean figure, highest first; greso's is the one its paired row reads
+    rank = summary["ranking"]
+    assert [r["auc"] for r in rank] == sorted((r["auc"] for r in rank), reverse=True)
+    assert next(r for r in rank if r["arm"] == "greso")["auc"] == pytest.approx(arms["greso"]["mean_auc"])
+    assert next(r for r in rank if r["arm"] == "grpo")["auc"] == pytest.approx(arms["greso"]["mean_auc_base"])
     # sim rows carry no prompt/learner tokens: the report says what the compute units leave out
     assert summary["missing_counts"] == ["learner_tokens", "prompt_tokens"]
     mtimes = {q: q.stat().st_mtime_ns for q in out.rglob("metrics.jsonl")}

@@ -176,6 +176,12 @@ def summarize_plan(plan: Plan, out: Path, bootstrap_seed: int = 0, power_sims: i
             d["verdict"] = "outside the family (described, not decided)"
     summary["curves"] = {a: mean_curve([axis(r) for r in rs if r is not None], budget)
                          for a, rs in runs.items() if any(r is not None for r in rs)}
+    # every arm's own primary figure (mean over its finished seeds, paired or not): a tuning plan picks
+    # the arm with the highest
+    summary["ranking"] = sorted(
+        ({"arm": a, "seeds": c["seeds"], "auc": float(np.mean([stats.auc(axis(r), budget) for r in runs[a] if r is not None])),
+          "final": c["mean"][-1], "final_se": c["se"][-1]} for a, c in summary["curves"].items()),
+        key=lambda x: -x["auc"])
     summary["missing_counts"] = sorted(missing_counts)
     summary["min_seeds_for_family"] = stats.min_seeds_for_family(len(plan.family), plan.alpha)
     return summary
@@ -278,6 +284,11 @@ def markdown(summary: dict) -> str:
     for a, c in summary.get("curves", {}).items():
         idx = [round(f * (len(c["x"]) - 1)) for f in (0, 0.25, 0.5, 0.75, 1)]
         lines.append(f"| {a} | {c['seeds']} | " + " | ".join(f"{c['mean'][i]:.3f} ± {c['se'][i]:.3f}" for i in idx) + " |")
+    lines += ["", "Arms ranked by their own primary figure (mean over the compute budget, over their finished seeds; "
+              "a tuning plan picks the first):", "", "| rank | arm | seeds | mean over the budget | at the budget (± s.e.) |",
+              "|---|---|---|---|---|"]
+    for i, r in enumerate(summary.get("ranking", []), 1):
+        lines.append(f"| {i} | {r['arm']} | {r['seeds']} | {r['auc']:.4f} | {r['final']:.3f} ± {r['final_se']:.3f} |")
     lines += ["", "![curves](plan_curves.png)", "", "![per-seed differences](plan_diffs.png)", "",
               "Each arm's per-seed differences (dots), their mean (diamond) and 95% bootstrap interval (bar), primary "
               "figure; family arms in colour."]
