@@ -117,9 +117,9 @@ class ReasoningGymTask:
             raise ValueError(f"task_options.split must be one of {', '.join(SPLITS)}, got {self.split!r}")
         if self.verify_sandbox not in (True, False, "auto"):
             raise ValueError(f"task_options.verify_sandbox must be true, false or auto, got {self.verify_sandbox!r}")
-        if self.verify_sandbox is True and unavailable():
-            raise ValueError(f"task_options.verify_sandbox=true: {unavailable()} (set it to auto or false to run "
-                             "the verifier without it)")
+        if self.verify_sandbox is True and (why := unavailable()):
+            raise ValueError(f"task_options.verify_sandbox=true: {why} (set it to auto or false to run the "
+                             "verifier without it)")
         bad = [k for k in RESERVED if k in self.dataset_options]
         if bad:
             raise ValueError(f"task_options.dataset_options: {', '.join(bad)} is set by the task "
