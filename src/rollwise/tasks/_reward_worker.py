@@ -10,6 +10,11 @@ here, never in the trainer. Protocol, one JSON object per line:
     worker -> parent  {"value": 1.0} | {"parts": {"name": 1.0}} | {"error": "..."}    one line per item
 
 Results stream back one line per item, so a call that times out keeps the items scored before it.
+
+With a sandbox (the init carries "sandbox": `sandbox.worker_settings()`, and "warm": [[response, answer],
+...]), the worker imports the function and scores the warm-up items as the trainer's user, then enters the
+sandbox (`_isolate`) and scores them again: "ready" means it is confined and scores them the same.
+Nothing is executed after that: the verifier is in memory already. See docs/tasks.md for the threat model.
 """
 import importlib
 import json
@@ -17,6 +22,7 @@ import os
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Mapping
 
 
@@ -56,6 +62,40 @@ def _number(v) -> float:
     return float(v)
 
 
+def _isolate(box: dict, keep_fds: list[int]) -> None:
+    """Enter the sandbox, in this order: new mount, PID and network namespaces with every mount read-only
+    (`_sandbox_exec.enter_namespaces`); a private tmpfs on /tmp (`tmp_mb`), the only writable place, gone
+    with the worker; fork, so that the child is PID 1 of the new PID namespace; in the child its own
+    /proc, the resource limits, then groups, gid, uid (`_sandbox_exec.confine`). It returns in the child;
+    this process stays outside as the child's keeper: it waits and exits with the child's status (the
+    trainer kills the keeper, and PDEATHSIG the child, to replace the worker). Raises on a failed step."""
+    import _sandbox_exec as sx  # beside this script
+
+    sx.enter_namespaces()
+    sx.mount("tmpfs", "/tmp", "tmpfs", sx.MS_NOSUID | sx.MS_NODEV, "mount a private /tmp",
+             f"size={int(box['tmp_mb'])}m,mode=1777")
+    with warnings.catch_warnings():  # Python 3.12 warns of fork with a thread alive: the watchdog holds no lock
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid:
+        for fd in keep_fds:  # the protocol is the child's alone: its end closes when the child ends
+            os.close(fd)
+        _, status = os.waitpid(pid, 0)
+        os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
+    sx.confine(box["limits"], int(box["uid"]), int(box["gid"]))
+    os.chdir("/tmp")
+    devnull = os.open(os.devnull, os.O_WRONLY)  # nothing a response prints reaches the trainer's stderr
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+
+
+def _score(fn, response: str, answer: str) -> dict:
+    try:
+        return _value(fn(response, answer))
+    except BaseException as e:  # noqa: BLE001 - sys.exit, MemoryError, ... score 0; the worker lives
+        return {"error": f"{type(e).__name__}: {e}"[:500]}
+
+
 def main() -> None:
     proto_in = os.fdopen(os.dup(0), "r", encoding="utf-8")
     proto_out = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
@@ -70,6 +110,8 @@ def main() -> None:
         proto_out.write(json.dumps(obj) + "\n")
 
     init = json.loads(proto_in.readline())
+    if init.get("sandbox"):
+        import _sandbox_exec  # noqa: F401 - from beside this script, before the trainer's path comes first
     sys.path[:0] = [p for p in init["path"] if p not in sys.path]
     if init.get("memory_mb"):
         try:
@@ -109,15 +151,24 @@ def main() -> None:
                 send({"error": f"reward_range of {spec!r} is not two numbers ({e})"})
                 return
             break
+    if init.get("sandbox"):
+        warm = [(r, a) for r, a in init.get("warm", [])]
+        before = [_score(fn, r, a) for r, a in warm]  # imports what the verifier imports lazily, while it can
+        try:
+            _isolate(init["sandbox"], [proto_in.fileno(), proto_out.fileno()])
+        except Exception as e:  # noqa: BLE001 - SetupError or OSError: one line to the trainer
+            send({"error": f"sandbox: {e}"})
+            return
+        after = [_score(fn, r, a) for r, a in warm]
+        if after != before:
+            send({"error": f"sandbox: the verifier scores its warm-up items {after} inside the sandbox but "
+                           f"{before} outside (it may need a file the sandbox user cannot read)"[:500]})
+            return
     send({"ready": True, "weights": weights, "range": declared_range})
     for line in proto_in:
         request = json.loads(line)
         for response, answer in request["items"]:
-            try:
-                out = _value(fn(response, answer))
-            except BaseException as e:  # noqa: BLE001 - sys.exit, MemoryError, ... score 0; the worker lives
-                out = {"error": f"{type(e).__name__}: {e}"[:500]}
-            send(out)
+            send(_score(fn, response, answer))
 
 
 if __name__ == "__main__":

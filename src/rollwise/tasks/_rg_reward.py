@@ -53,3 +53,13 @@ def score(response: str, answer: str) -> float:
     if got is None:
         return 0.0  # no <tag>...</tag> in the response
     return float(_datasets[key].score_answer(got, ref["entry"]))
+
+
+def reference_response(answer: str) -> str:
+    """A response that is the reference answer (in its tag, if the task has one). A sandboxed worker
+    scores it before it confines itself, so the verifier imports what it imports lazily and builds its
+    dataset while it can read every file, and again after, to check that the sandbox changes nothing."""
+    ref = decode(answer)
+    got = ref["entry"].get("answer")
+    text = "" if got is None else str(got)
+    return f"<{ref['tag']}>{text}</{ref['tag']}>" if ref.get("tag") else text

@@ -15,6 +15,9 @@ When the program's PID 1 exits or is killed, the kernel kills every process left
 fork bomb's included); when the launcher is killed (the parent's timeout), PDEATHSIG kills the program.
 
 Exit code 125 with a line "sandbox: ..." on stderr: a setup step failed (the program never ran).
+
+The reasoning-gym reward worker (`_reward_worker.py` with a sandbox) takes steps 1 and 3 from here
+(`enter_namespaces`, `confine`) but does not execute anything: it has imported its verifier already.
 """
 import ctypes
 import json
@@ -33,6 +36,10 @@ TIMED_OUT = 124
 libc = ctypes.CDLL(None, use_errno=True)
 
 
+class SetupError(Exception):
+    """A setup step failed; its message names the step and the system's reason."""
+
+
 def fail(what: str) -> None:
     os.write(2, f"sandbox: {what}\n".encode())
     os._exit(SETUP_FAILED)
@@ -40,12 +47,12 @@ def fail(what: str) -> None:
 
 def call(rc: int, what: str) -> None:
     if rc != 0:
-        fail(f"{what}: {os.strerror(ctypes.get_errno())}")
+        raise SetupError(f"{what}: {os.strerror(ctypes.get_errno())}")
 
 
-def mount(src, target, fstype, flags: int, what: str) -> None:
+def mount(src, target, fstype, flags: int, what: str, data=None) -> None:
     enc = lambda s: None if s is None else s.encode()  # noqa: E731
-    call(libc.mount(enc(src), enc(target), enc(fstype), flags, None), what)
+    call(libc.mount(enc(src), enc(target), enc(fstype), flags, enc(data)), what)
 
 
 def mount_points() -> list[str]:
@@ -55,8 +62,9 @@ def mount_points() -> list[str]:
     return sorted(set(points), key=len)
 
 
-def main() -> None:
-    s = json.loads(sys.argv[1])
+def enter_namespaces() -> None:
+    """Steps 1-2 up to the writable directory: new mount, PID and network namespaces (the PID one holds
+    the next child forked), every mount read-only in the new mount namespace. Raises SetupError."""
     call(libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")
     call(libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET), "unshare (needs root, or CAP_SYS_ADMIN)")
     mount(None, "/", None, MS_REC | MS_PRIVATE, "make / private")  # nothing below leaks to the host
@@ -64,10 +72,35 @@ def main() -> None:
         if point.startswith(("/proc/", "/sys/")) or point == "/proc":
             continue
         if libc.mount(None, point.encode(), None, MS_REMOUNT | MS_BIND | MS_RDONLY, None) != 0 and point == "/":
-            fail(f"remount / read-only: {os.strerror(ctypes.get_errno())}")
-    # the program's directory, writable again: a bind mount copies the read-only flag, so remount it
-    mount(s["dir"], s["dir"], None, MS_BIND, "bind the program's directory")
-    mount(None, s["dir"], None, MS_REMOUNT | MS_BIND, "make the program's directory writable")
+            raise SetupError(f"remount / read-only: {os.strerror(ctypes.get_errno())}")
+
+
+def confine(limits: dict, uid: int, gid: int) -> None:
+    """Step 3 in the forked child, up to the exec: its own /proc, the resource limits, the unprivileged
+    user (groups, gid, uid: in that order, while it may still change them), death with its parent, no
+    new privileges. Raises SetupError (or OSError)."""
+    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mount /proc")
+    for name, value in limits.items():
+        # RLIMIT_CPU: SIGXCPU at the soft limit, SIGKILL a second later if it is caught
+        resource.setrlimit(getattr(resource, name), (value, value + 1 if name == "RLIMIT_CPU" else value))
+    os.setgroups([])
+    os.setgid(gid)
+    os.setuid(uid)
+    if os.getuid() == 0 or os.geteuid() == 0:
+        raise SetupError("still root after setuid")
+    call(libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")  # setuid cleared it
+    call(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
+
+
+def main() -> None:
+    s = json.loads(sys.argv[1])
+    try:
+        enter_namespaces()
+        # the program's directory, writable again: a bind mount copies the read-only flag, so remount it
+        mount(s["dir"], s["dir"], None, MS_BIND, "bind the program's directory")
+        mount(None, s["dir"], None, MS_REMOUNT | MS_BIND, "make the program's directory writable")
+    except SetupError as e:
+        fail(str(e))
     pid = os.fork()
     if pid == 0:
         child(s)
@@ -89,19 +122,11 @@ def main() -> None:
 
 def child(s: dict) -> None:
     try:
-        mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mount /proc")
-        for name, value in s["limits"].items():
-            # RLIMIT_CPU: SIGXCPU at the soft limit, SIGKILL a second later if it is caught
-            resource.setrlimit(getattr(resource, name), (value, value + 1 if name == "RLIMIT_CPU" else value))
-        os.setgroups([])
-        os.setgid(s["gid"])
-        os.setuid(s["uid"])
-        if os.getuid() == 0 or os.geteuid() == 0:
-            fail("still root after setuid")
-        call(libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")  # setuid cleared it
-        call(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
+        confine(s["limits"], s["uid"], s["gid"])
         os.chdir(s["dir"])
         os.execve(s["python"], [s["python"], "-I", "-S", "-B", *s["argv"]], {})
+    except SetupError as e:
+        fail(str(e))
     except OSError as e:
         fail(f"{type(e).__name__}: {e}")
 

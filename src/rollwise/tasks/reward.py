@@ -233,28 +233,43 @@ class RewardWorker:
     that misses it, exits or crashes is killed and replaced by a fresh one at the next call.
 
     Starting it imports the function: a bad spec or a module that fails to import is a ValueError here,
-    before any training."""
+    before any training.
+
+    `sandbox` (`sandbox.worker_settings()`): once the function is imported and has scored the `warm`
+    pairs, the worker confines itself (no network, read-only file system but a private /tmp, an
+    unprivileged user, no new processes) and must score them the same again; it starts with an environment
+    of locale and thread-count variables only, so the trainer's secrets are not in its memory. A
+    worker that cannot is a ValueError naming the step (see docs/tasks.md)."""
 
     START_TIMEOUT_S = 60.0  # importing the user's module (it may import torch) on a busy machine
+    SANDBOX_ENV = ("LANG", "LC_ALL", "LC_CTYPE")  # what a sandboxed worker keeps of the trainer's environment
 
-    def __init__(self, spec: str, timeout_s: float, memory_mb: int = 0, path: list[str] = ()):
+    def __init__(self, spec: str, timeout_s: float, memory_mb: int = 0, path: list[str] = (),
+                 sandbox: dict | None = None, warm: list[tuple[str, str]] = ()):
         module, _, attr = spec.partition(":")
         if not module or not attr:
             raise ValueError(f"reward {spec!r}: expected 'module:function'")
         self.spec, self.timeout_s, self.memory_mb = spec, float(timeout_s), int(memory_mb)
         self.path = list(path)  # searched before the trainer's own path
+        self.sandbox, self.warm = sandbox, [list(p) for p in warm]
         self.proc: subprocess.Popen | None = None
         self.replaced = 0  # workers killed or lost after a timeout, an exit or a crash
         self.weights, self.range = self._start()
 
     def _start(self) -> tuple[dict | None, tuple[float, float]]:
+        env = None  # the trainer's
+        if self.sandbox:  # one thread for BLAS: a sandboxed worker may start no thread once confined
+            env = {k: os.environ[k] for k in self.SANDBOX_ENV if k in os.environ}
+            env.update({k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")})
         proc = subprocess.Popen([sys.executable, str(WORKER_SCRIPT)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                bufsize=0, close_fds=True)
+                                bufsize=0, close_fds=True, env=env)
         weakref.finalize(self, _kill, proc)  # never outlives the trainer's objects
         self.proc, self._buf = proc, b""
         # the console script's sys.path lacks the current directory, where a user's reward module usually is
         path = self.path + [os.path.abspath(p) if p else os.getcwd() for p in sys.path] + [os.getcwd()]
         init = {"spec": self.spec, "path": path, "memory_mb": self.memory_mb}
+        if self.sandbox:
+            init.update(sandbox=self.sandbox, warm=self.warm)
         line = _EOF
         try:
             proc.stdin.write((json.dumps(init) + "\n").encode())

@@ -27,6 +27,14 @@ limit (`verify_timeout_s`, `verify_memory_mb`), not inline: about twenty familie
 response with sympy, which evaluates Python (see `_rg_reward.py`). A worker failure scores 0. Scores may
 be partial (in [0, 1]); a rollout is correct at 1.
 
+The worker's sandbox (`verify_sandbox`, default "auto"): once it has imported the verifier, the worker
+enters new network, mount and PID namespaces, sees a read-only file system but for a private /tmp, drops
+to an unprivileged user and can start no process (`_reward_worker.py`; the threat model is docs/tasks.md).
+"auto" sandboxes it where the trainer may (Linux, root, the user `nobody`), else warns once and runs it
+as today; true requires it (a one-line error where it cannot be had); false never sandboxes it. Not
+refused without it, as code tasks are: the verifier is the family's own code, and what a response can
+make it run is a sympy expression, not a program.
+
 A prompt's reference `answer` is the JSON that verifier needs (dataset, options and the generated entry),
 so checkpoints, resumed rows and a user's `--reward` see it whole; the plain reference answer is in it
 under "entry"/"answer".
@@ -42,6 +50,7 @@ import hashlib
 import json
 import math
 import string
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,6 +59,7 @@ import numpy as np
 from ..core.registry import register
 from ..core.types import Prompt
 from .reward import RewardError, RewardWorker
+from .sandbox import unavailable, worker_settings
 
 WORKER_DIR = str(Path(__file__).parent)  # where the worker imports _rg_reward from, as a top-level module
 
@@ -87,6 +97,7 @@ class ReasoningGymTask:
     answer_tag: str | None = None  # e.g. "answer": score the text of the response's last <answer>...</answer>
     verify_timeout_s: float = 10.0
     verify_memory_mb: int = 4096
+    verify_sandbox: bool | str = "auto"  # the worker's sandbox: "auto" (where the trainer may), true, false
 
     # the tiny model's prompts are the family's question text (gcd's are ~110 characters)
     warmstart_defaults = {"block_size": 256}
@@ -104,6 +115,11 @@ class ReasoningGymTask:
             raise ValueError(f"task_options.dataset: reasoning-gym has no dataset {self.dataset!r}; {hint}")
         if self.split not in SPLITS:
             raise ValueError(f"task_options.split must be one of {', '.join(SPLITS)}, got {self.split!r}")
+        if self.verify_sandbox not in (True, False, "auto"):
+            raise ValueError(f"task_options.verify_sandbox must be true, false or auto, got {self.verify_sandbox!r}")
+        if self.verify_sandbox is True and (why := unavailable()):
+            raise ValueError(f"task_options.verify_sandbox=true: {why} (set it to auto or false to run the "
+                             "verifier without it)")
         bad = [k for k in RESERVED if k in self.dataset_options]
         if bad:
             raise ValueError(f"task_options.dataset_options: {', '.join(bad)} is set by the task "
@@ -196,8 +212,7 @@ class ReasoningGymTask:
     def verify(self, response: str, answer: str) -> float:
         """The family's score_answer, in the worker; 0 when it fails (raises, times out, crashes)."""
         if self._worker is None:
-            self._worker = RewardWorker("_rg_reward:score", self.verify_timeout_s, self.verify_memory_mb,
-                                        path=[WORKER_DIR])
+            self._worker = self._start_worker(answer)
         (ok, value), = self._worker.call([(response, answer)])
         try:
             if not ok:
@@ -206,6 +221,27 @@ class ReasoningGymTask:
         except (RewardError, TypeError, ValueError):
             return 0.0
         return score if math.isfinite(score) else 0.0
+
+    def _start_worker(self, answer: str) -> RewardWorker:
+        """The reward worker, sandboxed as `verify_sandbox` asks. It warms up on the reference answer of
+        the first prompt scored (every prompt of the task has the same family and options)."""
+        from . import _rg_reward
+
+        args = ("_rg_reward:score", self.verify_timeout_s, self.verify_memory_mb, [WORKER_DIR])
+        if self.verify_sandbox is False:
+            return RewardWorker(*args)
+        why = unavailable()
+        if why is None:
+            try:
+                return RewardWorker(*args, sandbox=worker_settings(),
+                                    warm=[(_rg_reward.reference_response(answer), answer)])
+            except ValueError as e:
+                why = str(e)
+        if self.verify_sandbox is True:
+            raise ValueError(f"task_options.verify_sandbox=true: {why}")
+        print(f"warning: reasoning-gym: the verifier runs without its sandbox ({why}); "
+              "task_options.verify_sandbox=false silences this, true makes it an error", file=sys.stderr)
+        return RewardWorker(*args)
 
     def close(self) -> None:
         if self._worker is not None:

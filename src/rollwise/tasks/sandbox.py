@@ -135,15 +135,39 @@ def _outcome(code: int, tail: str) -> Outcome:
     return Outcome("failed", f"exit {code}; {tail}")
 
 
+def unavailable(user: str = "nobody") -> str | None:
+    """Why nothing can be sandboxed here, in one line (not Linux, not root, no such user), or None."""
+    if not sys.platform.startswith("linux"):
+        return f"sandbox: needs Linux namespaces; this is {sys.platform}"
+    if os.geteuid() != 0:
+        return ("sandbox: entering new namespaces and changing to an unprivileged user needs root "
+                "(or CAP_SYS_ADMIN and CAP_SETUID)")
+    try:
+        _user(user)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
 def check_available(limits: SandboxLimits = SandboxLimits()) -> None:
     """Raise a one-line ValueError if code cannot be sandboxed here (not Linux, not root, no namespaces,
     no such user): an empty program must run and pass."""
-    if not sys.platform.startswith("linux"):
-        raise ValueError(f"sandbox: code tasks need Linux namespaces; this is {sys.platform}")
-    if os.geteuid() != 0:
-        raise ValueError("sandbox: code tasks run the model's code as an unprivileged user in new namespaces, "
-                         "which needs root (or CAP_SYS_ADMIN and CAP_SETUID); rollwise does not run code without them")
-    _user(limits.user)
+    why = unavailable(limits.user)
+    if why:
+        raise ValueError(why.replace("sandbox: ", "sandbox: code tasks: ", 1) + "; rollwise does not run code "
+                         "without it")
     out = run_program("pass\n", limits)
     if not out.passed:
         raise ValueError(f"sandbox: cannot run a program here ({out.status}: {out.detail})")
+
+
+def worker_settings(user: str = "nobody", tmp_mb: int = 16, nofile: int = 64) -> dict:
+    """What a reward worker (`_reward_worker.py`) needs to enter the sandbox after importing its
+    verifier: the user to drop to, its resource limits and the size of its private /tmp. No CPU limit
+    (the worker lives for the run; each call has a wall-clock deadline) and no address-space limit here
+    (the worker sets its own, `memory_mb`, before it imports anything); no new process or thread at all
+    (RLIMIT_NPROC 0 for an unprivileged user), so a response cannot fork."""
+    uid, gid = _user(user)
+    return {"uid": uid, "gid": gid, "tmp_mb": int(tmp_mb),
+            "limits": {"RLIMIT_NPROC": 0, "RLIMIT_FSIZE": int(tmp_mb) << 20, "RLIMIT_NOFILE": int(nofile),
+                       "RLIMIT_CORE": 0}}
