@@ -6,6 +6,7 @@ temperature 1 with pass@k), with the share of train-pool prompts whose 8 samples
 wrong or mixed. OUT/curve.json holds the rows; CPU seconds are process time (the machine is shared).
 
     python benchmarks/testbed_search.py --task remainder --steps 1500 --every 250 --out runs/testbed_ws
+(`--arch llama`: the same for a Hugging Face Llama base, whose snapshots are HF checkpoints.)
 Then RL from a snapshot: `rollwise train --model runs/testbed_ws/step_750 --task remainder ...`, and
 
     python benchmarks/testbed_search.py --summarize RUN_DIR [RUN_DIR ...] > runs.json
@@ -84,15 +85,16 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--samples", type=int, default=4)
     ap.add_argument("--pool", type=int, default=96)
-    ap.add_argument("--n-layer", type=int, default=4)
-    ap.add_argument("--n-embd", type=int, default=128)
+    ap.add_argument("--arch", default="tiny", help="tiny or llama (warmstart.arch)")
+    ap.add_argument("--n-layer", type=int, default=None, help="none: the arch's default (4 tiny, 6 llama)")
+    ap.add_argument("--n-embd", type=int, default=None, help="none: the arch's default (128 tiny, 288 llama)")
     ap.add_argument("--block", type=int, default=256)
     ap.add_argument("--task-options", default="{}", help="the task's options as JSON, e.g. '{\"sft_slip\": 0.03}'")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     torch.set_num_threads(1)
     task = get("task", a.task).obj(**json.loads(a.task_options))
-    cfg = WarmStartConfig(steps=a.steps, batch_size=a.batch, lr=a.lr, seed=a.seed, n_layer=a.n_layer,
+    cfg = WarmStartConfig(steps=a.steps, batch_size=a.batch, lr=a.lr, seed=a.seed, arch=a.arch, n_layer=a.n_layer,
                           n_embd=a.n_embd, block_size=a.block)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -11,6 +11,11 @@ its base: for the arithmetic task, its seed and held-out set, not the train pool
 read from files (`tasks/files.py`) also provides `sft_rows()` (its rows must fit `block_size`, checked
 first), `alphabet()` (the tokenizer gets every character of its data) and `report_pool_size`.
 
+Two architectures (`warmstart.arch`): `tiny`, rollwise's TinyGPT (the shipped bases), and `llama`, a
+Hugging Face `LlamaForCausalLM` of the same layers/heads/width/context over the same character tokenizer,
+saved as a standard HF checkpoint (a second model family for checking that a result transfers). The
+supervised loop is one for both: only the model's construction (`new_policy`) differs.
+
 The base must have a spread of pass rates (near 1 on easy levels, near 0 on the hardest, many prompts
 in between): that spread is what makes rollout efficiency matter. `report.json` in the checkpoint
 directory records its per-level held-out accuracy; `build.json` records how it was built.
@@ -36,6 +41,11 @@ from .policy import Policy
 from .tiny import TinyConfig, TinyGPT
 from .tokenizer import char_tokenizer, extend_alphabet
 
+ARCHS = ("tiny", "llama")
+# (n_layer, n_head, n_embd) where the user sets none. The llama default is the shape of llama2.c's
+# stories15M (6 layers, 6 heads, width 288, MLP 768): about 6.0M parameters over the character vocabulary
+# (the 15M of that model is mostly its 32k-token embedding); tiny's is the shipped bases' 0.8M.
+ARCH_DIMS = {"tiny": (4, 4, 128), "llama": (6, 6, 288)}
 WARMSTART_VERSION = 2  # bump when the recipe changes, so stale caches and shipped bases are not reused
 SHIPPED = Path(__file__).resolve().parent.parent / "assets" / "bases"
 
@@ -48,13 +58,22 @@ class WarmStartConfig:
     lr: float = setting(1e-3, "warm start: learning rate")
     warmup: int = setting(50, "warm start: linear warm-up steps")
     seed: int = setting(0, "warm start: seed of the initial weights and the example order")
-    n_layer: int = setting(4, "tiny model: layers")
-    n_head: int = setting(4, "tiny model: attention heads")
-    n_embd: int = setting(128, "tiny model: width (a multiple of n_head)")
-    block_size: int = setting(64, "tiny model: context in tokens (prompt + response)")
+    arch: str = setting("tiny", "the base's architecture: tiny (rollwise's TinyGPT) or llama (a Hugging Face "
+                                "LlamaForCausalLM over the same character tokenizer)")
+    n_layer: int | None = setting(None, "base model: layers (none: 4 for tiny, 6 for llama)")
+    n_head: int | None = setting(None, "base model: attention heads (none: 4 for tiny, 6 for llama)")
+    n_embd: int | None = setting(None, "base model: width, a multiple of n_head (none: 128 for tiny, 288 for llama)")
+    block_size: int = setting(64, "base model: context in tokens (prompt + response)")
     # a file task's base also gets every character of its rows
-    extra_chars: str = setting("", "characters added to the tiny tokenizer's alphabet (e.g. ones the model "
+    extra_chars: str = setting("", "characters added to the character tokenizer's alphabet (e.g. ones the model "
                                    "should be able to write that the data lacks)")
+
+    def __post_init__(self):
+        if not isinstance(self.arch, str) or self.arch not in ARCHS:
+            raise ValueError(f"warmstart.arch must be one of {', '.join(ARCHS)}, got {self.arch!r}")
+        for name, default in zip(("n_layer", "n_head", "n_embd"), ARCH_DIMS[self.arch]):
+            if getattr(self, name) is None:
+                setattr(self, name, default)
 
 
 def default_cache_dir() -> Path:
@@ -62,11 +81,13 @@ def default_cache_dir() -> Path:
 
 
 def _settings(cfg: WarmStartConfig) -> dict:
-    """The warm-start settings as hashed: `extra_chars` only when set, so the keys of the bases built
-    before it existed (the shipped ones) do not change."""
+    """The warm-start settings as hashed: `extra_chars` only when set and `arch` only when not tiny, so the
+    keys of the bases built before they existed (the shipped ones) do not change."""
     d = asdict(cfg)
     if not d["extra_chars"]:
         del d["extra_chars"]
+    if d["arch"] == "tiny":
+        del d["arch"]
     return d
 
 
@@ -154,12 +175,30 @@ def build_base(task, cfg: WarmStartConfig, out: Path, log=print, command: str = 
     return report
 
 
+def llama_intermediate(n_embd: int) -> int:
+    """The Llama MLP width for a model width: 2/3 of 4 x n_embd rounded up to a multiple of 32 (llama2.c's
+    rule; 768 for 288)."""
+    return -(-int(2 * 4 * n_embd / 3) // 32) * 32
+
+
+def new_policy(cfg: WarmStartConfig, tok) -> Policy:
+    """A freshly initialised model of `cfg.arch` over `tok`, drawn from torch's current seed."""
+    if cfg.arch == "tiny":
+        return Policy(TinyGPT(TinyConfig(vocab_size=len(tok), n_layer=cfg.n_layer, n_head=cfg.n_head,
+                                         n_embd=cfg.n_embd, block_size=cfg.block_size)), tok, "tiny")
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=len(tok), hidden_size=cfg.n_embd, intermediate_size=llama_intermediate(cfg.n_embd),
+                         num_hidden_layers=cfg.n_layer, num_attention_heads=cfg.n_head, num_key_value_heads=cfg.n_head,
+                         max_position_embeddings=cfg.block_size, bos_token_id=None, eos_token_id=tok.eos_token_id,
+                         pad_token_id=tok.pad_token_id)
+    return Policy(LlamaForCausalLM(config), tok, "hf")
+
+
 def supervised_warm_start(task, cfg: WarmStartConfig, log=print, on_step=None) -> Policy:
     torch.manual_seed(cfg.seed)
-    tok = char_tokenizer(base_alphabet(task, cfg))
-    model = TinyGPT(TinyConfig(vocab_size=len(tok), n_layer=cfg.n_layer, n_head=cfg.n_head, n_embd=cfg.n_embd,
-                               block_size=cfg.block_size))
-    policy = Policy(model, tok, "tiny")
+    policy = new_policy(cfg, char_tokenizer(base_alphabet(task, cfg)))
+    model = policy.model
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
     if hasattr(task, "sft_rows"):  # a task read from files: every distinct row must fit the context
         check_context(task, policy, cfg)
@@ -180,7 +219,7 @@ def supervised_warm_start(task, cfg: WarmStartConfig, log=print, on_step=None) -
             seqs.append(p + policy.encode(ans) + [policy.eos_id])
             starts.append(len(p))
         ids, mask = policy._right_padded(seqs)
-        logits = model(ids)[0][:, :-1]
+        logits = policy.full_logits(ids, mask)[:, :-1]
         target = ids[:, 1:].clone()
         pos = torch.arange(target.shape[1]).unsqueeze(0)
         loss_mask = (pos >= torch.tensor(starts).unsqueeze(1) - 1) & mask[:, 1:].bool()

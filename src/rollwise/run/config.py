@@ -373,6 +373,9 @@ def check_fields(cfg: Config) -> None:
     ws = cfg.warmstart
     if ws.n_embd % ws.n_head:
         raise ValueError(f"warmstart.n_embd must be a multiple of warmstart.n_head ({ws.n_head}), got {ws.n_embd}")
+    if ws.arch == "llama" and (ws.n_embd // ws.n_head) % 2:  # rotary embeddings rotate pairs of dimensions
+        raise ValueError(f"warmstart.n_embd / warmstart.n_head must be even for arch llama (rotary embeddings), got "
+                         f"{ws.n_embd} / {ws.n_head} = {ws.n_embd // ws.n_head}")
     from ..learn.losses import KL_ESTIMATORS
     from ..policy.lora import check_lora
 
