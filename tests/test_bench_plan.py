@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from rollwise.bench import plan as planmod
+from rollwise.bench.runner import run_dir
 from rollwise.cli import main
 
 PLAN = """
@@ -324,3 +325,31 @@ def test_a_plan_runs_every_arm_from_one_queue(tmp_path, monkeypatch):
     assert arms == ["grpo", "grpo-aa", "greso"]
     assert started[1][1] - started[0][1] < 0.8 and started[2][1] - started[0][1] >= 0.9
     assert all((Path(o) / "runs/default").exists() for o, _ in started)
+
+
+def test_the_report_shows_the_other_evaluation_figure_beside_the_primary(tmp_path):
+    """A greedy primary with samples: the sampled figure is read at the start and at the budget for every
+    arm (sharpening shows there). Hand-made runs: sampled accuracy .3 -> .5 (grpo) and .3 -> .7 (greso) at
+    compute 4000, the budget."""
+    from rollwise.bench.plan_report import summarize_plan
+
+    p = planmod.parse_plan(PLAN.replace("engine: sim\n", "").replace("primary: greedy", "primary: greedy, samples: 2"))
+    out = tmp_path / "out"
+    for arm, end in (("grpo", 0.5), ("grpo-aa", 0.5), ("greso", 0.7)):
+        cfg = planmod.arm_config(p, arm, out)
+        for s in p.run_seeds(arm):
+            d = run_dir(cfg, "default", p.arms[arm].planner, s)
+            d.mkdir(parents=True)
+            rows = [{"step": 0, "tokens": 0, "tokens_train": 0, "prompt_tokens": 0, "learner_tokens": 0, "old_logprob_tokens": 0,
+                     "eval_acc": 0.6, "eval_sampled_acc@2": 0.3},
+                    {"step": 5, "tokens": 4000, "tokens_train": 4000, "prompt_tokens": 0, "learner_tokens": 0, "old_logprob_tokens": 0,
+                     "eval_acc": 0.6, "eval_sampled_acc@2": end}]
+            (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+            (d / "config.json").write_text(json.dumps({"learner": {"epochs": 1}}))
+            (d / "done.json").write_text("{}")
+    summary = summarize_plan(p, out, power_sims=20)
+    sec = summary["secondary"]["eval_sampled_acc@2"]
+    assert sec["grpo"]["mean"] == pytest.approx([0.3, 0.5]) and sec["greso"]["mean"] == pytest.approx([0.3, 0.7])
+    assert "eval_acc" not in summary["secondary"]
+    from rollwise.bench.plan_report import markdown
+    assert "| greso | 6 | 0.6000 | 0.600 ± 0.000 | 0.300 → 0.700 ± 0.000 |" in markdown(summary)

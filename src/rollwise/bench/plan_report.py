@@ -176,6 +176,15 @@ def summarize_plan(plan: Plan, out: Path, bootstrap_seed: int = 0, power_sims: i
             d["verdict"] = "outside the family (described, not decided)"
     summary["curves"] = {a: mean_curve([axis(r) for r in rs if r is not None], budget)
                          for a, rs in runs.items() if any(r is not None for r in rs)}
+    # the other evaluation figures the runs carry (greedy beside a sampled primary, and the reverse), at
+    # the budget: a run whose greedy accuracy stays flat while its sampled one rises is sharpening
+    others = [m for m in ("eval_acc", f"eval_sampled_acc@{plan.samples_per_prompt()}") if m != metric
+              and (m == "eval_acc" or plan.samples_per_prompt())]
+    summary["secondary"] = {
+        m: {a: mean_curve([stats.with_x(metric_rows(r["rows"], m), costs.compute_curve(r["rows"], profile, r["config"])[0])
+                           for r in rs if r is not None and any(m in x for x in r["rows"])], budget, points=2)
+            for a, rs in runs.items() if any(r is not None and any(m in x for x in r["rows"]) for r in rs)}
+        for m in others}
     # every arm's own primary figure (mean over its finished seeds, paired or not): a tuning plan picks
     # the arm with the highest
     summary["ranking"] = sorted(
@@ -284,11 +293,15 @@ def markdown(summary: dict) -> str:
     for a, c in summary.get("curves", {}).items():
         idx = [round(f * (len(c["x"]) - 1)) for f in (0, 0.25, 0.5, 0.75, 1)]
         lines.append(f"| {a} | {c['seeds']} | " + " | ".join(f"{c['mean'][i]:.3f} ± {c['se'][i]:.3f}" for i in idx) + " |")
+    sec = summary.get("secondary", {})
     lines += ["", "Arms ranked by their own primary figure (mean over the compute budget, over their finished seeds; "
-              "a tuning plan picks the first):", "", "| rank | arm | seeds | mean over the budget | at the budget (± s.e.) |",
-              "|---|---|---|---|---|"]
+              "a tuning plan picks the first), with the other evaluation figures at the start and at the budget:", "",
+              "| rank | arm | seeds | mean over the budget | at the budget (± s.e.) | "
+              + "".join(f"`{m}` start → budget | " for m in sec), "|---|---|---|---|---|" + "---|" * len(sec)]
     for i, r in enumerate(summary.get("ranking", []), 1):
-        lines.append(f"| {i} | {r['arm']} | {r['seeds']} | {r['auc']:.4f} | {r['final']:.3f} ± {r['final_se']:.3f} |")
+        cells = "".join(f"{c['mean'][0]:.3f} → {c['mean'][-1]:.3f} ± {c['se'][-1]:.3f} | " if (c := sec[m].get(r["arm"]))
+                        else "— | " for m in sec)
+        lines.append(f"| {i} | {r['arm']} | {r['seeds']} | {r['auc']:.4f} | {r['final']:.3f} ± {r['final_se']:.3f} | {cells}")
     lines += ["", "![curves](plan_curves.png)", "", "![per-seed differences](plan_diffs.png)", "",
               "Each arm's per-seed differences (dots), their mean (diamond) and 95% bootstrap interval (bar), primary "
               "figure; family arms in colour."]
