@@ -1,2 +1,2 @@
 """rollwise: RLVR that spends rollouts only where they teach."""
-__version__ = "0.5.0"
+__version__ = "0.6.0"
