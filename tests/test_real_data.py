@@ -248,6 +248,21 @@ def test_no_warning_when_groups_vary(tmp_path, monkeypatch):
     assert rows[0]["zero_var_frac_gen"] < 0.9 and not [m for m in logs if "equal rewards" in m]
 
 
+def test_no_warning_when_the_trained_groups_vary_though_the_last_generated_do_not(tmp_path, monkeypatch):
+    """speed-rl at n = 2 continues each qualified prompt with one row (n_cont = max(1, n - n_init)): the groups
+    generated last are single rows, equal by definition, while the trained groups (screen + continuation)
+    vary. The warning reads the trained groups, so it stays silent."""
+    from rollwise.run.loop import Trainer
+
+    (tmp_path / "first_char.py").write_text("def reward(response, answer):\n    return float(response[:1] < 'm')\n")
+    monkeypatch.chdir(tmp_path)
+    logs = []
+    rows = Trainer(_file_run(tmp_path, chat_llama(tmp_path / "llama"), out=str(tmp_path / "r"), planner="speed-rl",
+                             reward="first_char:reward", steps=1), log=logs.append).run()
+    assert rows[0]["zero_var_frac_gen"] == 1.0 and rows[0]["zero_var_frac"] < 0.9  # the case this test is about
+    assert not [m for m in logs if "equal rewards" in m]
+
+
 # ---- loggers ----------------------------------------------------------------------------------------
 
 def test_tensorboard_and_wandb_loggers_hold_the_metrics(tmp_path, monkeypatch):

@@ -150,7 +150,9 @@ class Trainer:
         """One metrics.jsonl row for a trained step (records.step_row, shared with the simulator)."""
         self._warn_reward_failures(ctx.step + 1)
         self.skip_streak = self.skip_streak + 1 if out.stats.get("skipped") else 0
-        self._warn_no_variance(ctx.step + 1, list(ctx.groups.values()))
+        # the groups that train (a planner may rebuild them in `finish`: speed-rl's screen + continuation, PODS'
+        # subsets), or, when none train, the groups generated (DAPO filtered them all)
+        self._warn_no_variance(ctx.step + 1, list(out.batch.groups) or list(ctx.groups.values()))
         return step_row(ctx, out, view, tokens_before,
                         extra={"reward_errors": self.scorer.errors, "skipped_steps": self.guard.skipped})
 
