@@ -192,6 +192,28 @@ def test_a_tiny_plan_runs_end_to_end_resumes_and_refuses_a_changed_plan(tmp_path
     assert total[1:4] == ["18", "18", "0"]
 
 
+def test_report_only_without_the_runs_refuses_and_rewrites_nothing(tmp_path, capsys):
+    """A record whose runs are packed away (benchmarks/archive.py) or not run yet: --report-only would
+    overwrite its report with an empty one. It refuses in one line and every recorded file stays."""
+    import shutil
+
+    f = write(tmp_path, PLAN.replace("seeds: [0, 1, 2, 3, 4, 5]", "seeds: [0, 1]"))
+    out = tmp_path / "out"
+    assert main(["bench", "--plan", str(f), "--out", str(out)]) == 0
+    kept = {q: q.read_bytes() for q in out.iterdir() if q.is_file()}
+    for arm in ("grpo", "grpo-aa", "greso"):
+        shutil.rmtree(out / "arms" / arm / "runs")
+    capsys.readouterr()
+    assert main(["bench", "--plan", str(f), "--out", str(out), "--report-only"]) == 2
+    err = capsys.readouterr().err
+    assert "holds no finished run yet; nothing was rewritten" in err and err.count("\n") == 1
+    (out / "runs.tar.xz").write_bytes(b"packed")
+    assert main(["bench", "--plan", str(f), "--out", str(out), "--report-only"]) == 2
+    err = capsys.readouterr().err
+    assert "are packed in runs.tar.xz; unpack them first (python benchmarks/archive.py unpack out)" in err
+    assert {q: q.read_bytes() for q in out.iterdir() if q.is_file() and q.name != "runs.tar.xz"} == kept
+
+
 def test_dry_run_prints_core_hours_and_runs_nothing(tmp_path, capsys):
     f = write(tmp_path, PLAN.replace("engine: sim\n", ""))  # the tiny model: a CPU-profile estimate
     out = tmp_path / "out"

@@ -107,7 +107,7 @@ def cmd_plan(args) -> int:
 
     from .plan import load_plan, record_plan, run_plan, sha256
     from .plan_cost import estimate, format_estimate
-    from .plan_report import write_plan_report
+    from .plan_report import refuse_empty_report, write_plan_report
 
     given = [k for k in PLAN_SETS if getattr(args, k, None) not in (None, False, [])]
     if given:
@@ -127,6 +127,7 @@ def cmd_plan(args) -> int:
         if not (out / "plan.sha256").exists():
             raise ValueError(f"bench --plan --report-only: {out} holds no recorded plan")
         record_plan(plan, raw, Path(args.plan), out)  # refuses a plan that changed since
+        refuse_empty_report(plan, out)
     else:
         run_plan(plan, raw, Path(args.plan), out, jobs=args.jobs or 2)
     summary = write_plan_report(plan, out)

@@ -358,6 +358,18 @@ def plot_curves(summary: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def refuse_empty_report(plan: Plan, out: Path) -> None:
+    """`--report-only` over a record none of whose runs is at hand would overwrite its report with an
+    empty one: refuse, and say how to get the runs back when they are packed (benchmarks/archive.py)."""
+    if any(r is not None for arm in plan.arms for r in load_arm(plan, out, arm)):
+        return
+    if (out / "runs.tar.xz").exists():
+        raise ValueError(f"bench --plan --report-only: the runs of {out} are packed in runs.tar.xz; unpack them "
+                         f"first (python benchmarks/archive.py unpack {out.name}); nothing was rewritten")
+    raise ValueError(f"bench --plan --report-only: {out} holds no finished run yet; nothing was rewritten "
+                     f"(`rollwise bench status {out}` says what is left)")
+
+
 def write_plan_report(plan: Plan, out: Path) -> dict:
     summary = summarize_plan(plan, out)
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
