@@ -9,6 +9,9 @@
 - docs/results.md, between the same markers: the full tables of Bench 2.0 and its long bench (every planner,
   every figure), from benchmarks/results/bench2/summary.json and bench2_long/summary.json.
 Other issues add their rows to SUMMARY_ROWS (task 2's records) or their benches to BENCHES.
+- Above them, the Bench 3.0 verdicts: one row per arm of each confirmatory plan in CONFIRMATORY whose record
+  is complete (every arm paired on every seed), or a line saying the plan is still running. Only committed
+  files are read, so the slot is the same on every checkout.
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ import json
 import sys
 from pathlib import Path
 
+from rollwise.bench.plan_report import _d, _ratio, _rpg
 from rollwise.bench.report import _fmt_diff, _fmt_ratio, legend, markdown_table
 from rollwise.core.generated import between, sync
 
@@ -29,6 +33,10 @@ BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 # benchmarks/results/ as records, out of the tables.
 BENCHES = (("bench2", "Bench 2.0: GRPO, the oracle and the other planners, 8 seeds each, on the shipped base"),
            ("bench2_long", "The long bench: 120,000 tokens, a pool of 1,000 prompts, 8 seeds each, on the shipped base"))
+
+# Bench 3.0's confirmatory plans: (record, plan, task as the table names it), in the order the README shows them.
+CONFIRMATORY = (("bench3_confirm_remainder", "benchmarks/plans/remainder_confirm_1.yaml", "testbed (remainder)"),
+                ("bench3_confirm_task1", "benchmarks/plans/task1_confirm_1.yaml", "1 (arithmetic)"))
 
 EXPLORATORY = "exploratory: the composition was chosen after these seeds' results were seen"
 # Task 2's rows in the summary: (record, variant, label). A record is a bench directory (its summary.json, from
@@ -68,9 +76,45 @@ def _row(task: str, planner: str, d: dict, seeds: int, label: str, record: str) 
             f"{seeds} | {label} | `{record}` |")
 
 
+def complete(s: dict) -> bool:
+    """A confirmatory record every arm of which is paired with the baseline on every plan seed."""
+    return s.get("kind") == "confirmatory" and bool(s["arms"]) and all(
+        d["seeds_paired"] == len(s["seeds"]) for d in s["arms"].values())
+
+
+def verdicts() -> str:
+    """Bench 3.0's verdicts, from the confirmatory records (the README shows them first)."""
+    out = ["**Bench 3.0 verdicts** (confirmatory: each plan was committed before its runs; the test split; seeds "
+           "never used to choose; against tuned GRPO; Holm over each plan's family). Δ: mean greedy test accuracy "
+           "over the compute budget (`gpu-h100-v1`), arm − tuned GRPO on the same seed, 95% bootstrap interval; "
+           "compute-to-target: tuned GRPO's compute to reach its own accuracy at the budget over the arm's "
+           "(> 1: less compute). Arms outside the family are described, not decided.", "",
+           "| task | arm | planner | Δ vs tuned GRPO [95% CI] | p (Holm) | verdict | compute-to-target [95% CI] "
+           "| goal met | rows/group (GRPO) | seeds | record |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    pending = []
+    for record, plan, task in CONFIRMATORY:
+        path = RESULTS / record / "summary.json"
+        s = json.loads(path.read_text()) if path.exists() else None
+        if s is None or not complete(s):
+            pending.append(f"- {task}: `{plan}` (committed before its runs) is running; no verdict until every "
+                           "run is in.")
+            continue
+        for arm, d in sorted(s["arms"].items(), key=lambda kv: (not kv[1]["in_family"], -kv[1]["primary"]["diff"])):
+            holm = f"{d['p_holm']:.4f}" if "p_holm" in d else "—"
+            out.append(f"| {task} | {arm} | `{d['planner']}` | {_d(d['primary'])} | {holm} | {d['verdict']} | "
+                       f"{_ratio(d['goal'])} | {'yes' if d.get('goal_met') else 'no'} | "
+                       f"{_rpg(d['rows_per_group'])} ({_rpg(d['rows_per_group_base'])}) | {d['seeds_paired']} | "
+                       f"`benchmarks/results/{record}` |")
+    if len(out) == 4:  # no complete record: no table
+        out = out[:1]
+    return "\n".join(out + ([""] if pending else []) + pending)
+
+
 def summary() -> str:
-    """The README's results slot: who beats GRPO on the headline figure, by how much, and how sure."""
-    out = ["Mean held-out accuracy over the token budget, planner − GRPO on the same seed, with a 95% paired "
+    """The README's results slot: Bench 3.0's verdicts first, then the earlier benches' exploratory rows."""
+    out = [verdicts(), "", "**Earlier benches** (before Bench 3.0: GRPO untuned, one held-out set, token budget). "
+           "Mean held-out accuracy over the token budget, planner − GRPO on the same seed, with a 95% paired "
            "bootstrap interval over seeds; tokens-to-target is GRPO's tokens to reach its own final accuracy over "
            "the planner's (> 1: fewer tokens). No figure here comes from a plan committed before its runs "
            "(Bench 3.0's confirmatory standard). The full tables: [docs/results.md](docs/results.md).", "",

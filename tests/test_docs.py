@@ -1,6 +1,7 @@
 """The README stays short and its generated parts match the records; the docs pages generated from the
 code match it; the README's first two commands stay exactly what a fresh clone runs."""
 import importlib.util
+import json
 import shutil
 import subprocess
 import sys
@@ -33,6 +34,32 @@ def test_readme_summary_labels_the_task2_composition_exploratory():
     rows = {line.split("|")[2].strip(): line for line in update.summary().splitlines() if line.startswith("| 2 (chain)")}
     assert "exploratory" in rows["`arrol r3+duet-abort`"] and "2.56 [1.63, 3.36]" in rows["`arrol r3+duet-abort`"]
     assert "exploratory" not in rows["`duet-abort`"]
+
+
+def test_readme_verdicts_come_from_complete_confirmatory_records_only(tmp_path, monkeypatch):
+    update = load("benchmarks/update_readme.py")
+
+    def arm(diff, paired, fam=True, holm=0.01, verdict="higher"):
+        return {"planner": "ar3po", "in_family": fam, "seeds_paired": paired, "p_holm": holm, "verdict": verdict,
+                "primary": {"diff": diff, "lo": diff - 0.01, "hi": diff + 0.01}, "goal_met": False,
+                "goal": {"ratio": 1.5, "lo": 1.1, "hi": 2.0, "tokens_planner": 10.0},
+                "rows_per_group": 5.7, "rows_per_group_base": 4.0}
+
+    (tmp_path / "done").mkdir()
+    (tmp_path / "done" / "summary.json").write_text(json.dumps(
+        {"kind": "confirmatory", "seeds": [1000, 1001], "arms": {"a": arm(0.02, 2), "b": arm(0.03, 2, fam=False)}}))
+    (tmp_path / "half").mkdir()
+    (tmp_path / "half" / "summary.json").write_text(json.dumps(
+        {"kind": "confirmatory", "seeds": [1000, 1001], "arms": {"a": arm(0.02, 1)}}))
+    monkeypatch.setattr(update, "RESULTS", tmp_path)
+    monkeypatch.setattr(update, "CONFIRMATORY", (("done", "p1.yaml", "T1"), ("half", "p2.yaml", "T2"),
+                                                 ("absent", "p3.yaml", "T3")))
+    text = update.verdicts()
+    rows = [line for line in text.splitlines() if line.startswith("| T")]
+    # the family arm first, then the described one; the half-done and absent records give no row
+    assert [r.split("|")[2].strip() for r in rows] == ["a", "b"]
+    assert "+0.0200 [+0.0100, +0.0300] | 0.0100 | higher | 1.50 [1.10, 2.00] | no | 5.7 (4.0) | 2 |" in rows[0]
+    assert "- T2: `p2.yaml` (committed before its runs) is running" in text and "- T3: `p3.yaml`" in text
 
 
 def test_readme_keeps_the_two_commands_a_fresh_clone_runs():
