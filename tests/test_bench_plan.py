@@ -212,6 +212,8 @@ def test_report_only_without_the_runs_refuses_and_rewrites_nothing(tmp_path, cap
     err = capsys.readouterr().err
     assert "are packed in runs.tar.xz; unpack them first (python benchmarks/archive.py unpack out)" in err
     assert {q: q.read_bytes() for q in out.iterdir() if q.is_file() and q.name != "runs.tar.xz"} == kept
+    assert main(["bench", "status", str(out)]) == 0  # status says why nothing is counted
+    assert "the runs of " in capsys.readouterr().out
 
 
 def test_dry_run_prints_core_hours_and_runs_nothing(tmp_path, capsys):

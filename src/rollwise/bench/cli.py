@@ -149,5 +149,9 @@ def cmd_status(directory: str) -> int:
 
     out = Path(directory)
     plan = recorded_plan(out)
-    print(format_estimate(plan, estimate(plan, out), f"status of {out}"))
+    est = estimate(plan, out)
+    print(format_estimate(plan, est, f"status of {out}"))
+    if (out / "runs.tar.xz").exists() and not any((out / "arms").rglob("done.json")):
+        print(f"note: the runs of {out} are packed in runs.tar.xz, so none is counted above; "
+              f"`python benchmarks/archive.py unpack {out.name}` puts them back")
     return 0
