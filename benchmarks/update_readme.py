@@ -36,7 +36,8 @@ BENCHES = (("bench2", "Bench 2.0: GRPO, the oracle and the other planners, 8 see
 
 # Bench 3.0's confirmatory plans: (record, plan, task as the table names it), in the order the README shows them.
 CONFIRMATORY = (("bench3_confirm_remainder", "benchmarks/plans/remainder_confirm_1.yaml", "testbed (remainder)"),
-                ("bench3_confirm_task1", "benchmarks/plans/task1_confirm_1.yaml", "1 (arithmetic)"))
+                ("bench3_confirm_task1", "benchmarks/plans/task1_confirm_1.yaml", "1 (arithmetic), plan 1"),
+                ("bench3_confirm2_task1", "benchmarks/plans/task1_confirm_2.yaml", "1 (arithmetic), plan 2"))
 
 EXPLORATORY = "exploratory: the composition was chosen after these seeds' results were seen"
 # Task 2's rows in the summary: (record, variant, label). A record is a bench directory (its summary.json, from
