@@ -37,7 +37,8 @@ BENCHES = (("bench2", "Bench 2.0: GRPO, the oracle and the other planners, 8 see
 # Bench 3.0's confirmatory plans: (record, plan, task as the table names it), in the order the README shows them.
 CONFIRMATORY = (("bench3_confirm_remainder", "benchmarks/plans/remainder_confirm_1.yaml", "testbed (remainder)"),
                 ("bench3_confirm_task1", "benchmarks/plans/task1_confirm_1.yaml", "1 (arithmetic), plan 1"),
-                ("bench3_confirm2_task1", "benchmarks/plans/task1_confirm_2.yaml", "1 (arithmetic), plan 2"))
+                ("bench3_confirm2_task1", "benchmarks/plans/task1_confirm_2.yaml", "1 (arithmetic), plan 2"),
+                ("bench3_confirm3_task1", "benchmarks/plans/task1_confirm_3.yaml", "1 (arithmetic), plan 3"))
 
 EXPLORATORY = "exploratory: the composition was chosen after these seeds' results were seen"
 # Task 2's rows in the summary: (record, variant, label). A record is a bench directory (its summary.json, from
@@ -102,7 +103,7 @@ def verdicts() -> str:
                            "run is in.")
             continue
         for arm, d in sorted(s["arms"].items(), key=lambda kv: (not kv[1]["in_family"], -kv[1]["primary"]["diff"])):
-            holm = f"{d['p_holm']:.4f}" if "p_holm" in d else "—"
+            holm = ("< 0.0001" if d["p_holm"] < 1e-4 else f"{d['p_holm']:.4f}") if "p_holm" in d else "—"
             out.append(f"| {task} | {arm} | `{d['planner']}` | {_d(d['primary'])} | {holm} | {d['verdict']} | "
                        f"{_ratio(d['goal'])} | {'yes' if d.get('goal_met') else 'no'} | "
                        f"{_rpg(d['rows_per_group'])} ({_rpg(d['rows_per_group_base'])}) | {d['seeds_paired']} | "
