@@ -193,6 +193,28 @@ def test_ar3po_inside_trl_equals_rollwise_driver(tmp_path):
             assert r.logprobs_T.shape == r.token_ids_T.shape and (r.logprobs_T < 0).all()
 
 
+def test_pods_ar3po_inside_trl_equals_rollwise_driver(tmp_path):
+    """PODS over AR3PO (Bench 3.0's first passing arm, task 1) inside TRL: AR3PO's merged groups cut to their
+    max-reward-variance m = 2 rows, the same trained and rejected groups, advantages and charges as the driver."""
+    spec, options = "pods+ar3po", {"ar3po": {"k": 2, "stages": 2}, "pods": {"m": 2}}
+    trainer = make_trainer(tmp_path, spec, planner_options=options, pool=8, prompts_per_batch=2, reward=rare_reward)
+    rounds, results, batches = record_trl_steps(trainer, 8)
+    outs, charges, _ = driver_steps(trainer, spec, options, rounds)
+    cut = False
+    for step_rounds, res, batch, out, charge, e in zip(rounds, results, batches, outs, charges, trainer.rollwise_log):
+        assert as_groups(res.trained) == as_groups(out.batch.groups)
+        assert as_groups(res.rejected) == as_groups(out.assembled.rejected)
+        check_batch(batch, out.batch)
+        assert e["generated_tokens"] == charge["decoded"] and e["reused_tokens"] == charge["reused_tokens"]
+        assert all(g.n <= 2 for g in res.trained)
+        generated = {}
+        for rnd in step_rounds:
+            for pid, rows in rnd:
+                generated[pid] = generated.get(pid, 0) + len(rows)
+        cut |= any(generated.get(g.prompt.id, 0) > g.n for g in res.trained)
+    assert cut  # some trained group was merged from stages and cut by PODS: the check is not vacuous
+
+
 @pytest.mark.parametrize("spec, options", [
     ("duet-abort", {"duet-abort": {"h_abort": 2, "grace": 0, "q": 0.5}}),
     # composed with stages of 2 rows in blocks of G = 4: the watcher's rows are not TRL's rows one for one

@@ -41,6 +41,13 @@ def mixed(pid: int, j: int):
     return toks, [-0.01 * (t % 97) - 0.001 * j for t in toks], {0: True, 1: False}.get(pid % 4, j % 2 == 0)
 
 
+def staged(pid: int, j: int):
+    """mixed, but prompts 2 mod 4 are right only at samples 2, 5, 8, ...: in AR3PO's second stage (k = 2), so
+    their merged group has 4 rows with one right, which PODS (m = 2) cuts to one right and one wrong."""
+    toks, lps, ok = mixed(pid, j)
+    return toks, lps, j % 3 == 2 if pid % 4 == 2 else ok
+
+
 class ScriptEngine(Engine):
     """rollwise's side: the j-th sample of prompt x (counted over the whole run) is script(x, j)."""
 
@@ -179,23 +186,41 @@ def test_ar3po_reuse_keeps_only_what_the_planner_keeps(transfer_queue):
     assert first() is None
 
 
-@pytest.mark.parametrize("planner", ["aero", "dars", "pilot-commit", "pvpo", "sgpo", "cures", "greso+oracle"])
-def test_every_sampling_planner_runs_in_verl_as_in_rollwise_driver(transfer_queue, planner):
-    """Stages (aero, dars), pilots (pilot-commit), profiles (pvpo, sgpo, cures) and the oracle's measurements:
-    the same rounds, the same trained rows and the same charges as rollwise's driver, for two steps; one uid per
-    trained prompt; nothing left in TransferQueue. 16 prompts, 4 per step."""
-    ctx, engine = make_ctx(16, B=4, n=2, seed=1), ScriptEngine(mixed)
-    mine = build_planner(planner, 16, ctx.rng)
+# pods+ar3po (Bench 3.0's first passing arm, task 1): AR3PO's staged groups cut to their max-variance 2 rows
+PODS_AR3PO = {"ar3po": {"k": 2, "stages": 3}, "pods": {"m": 2}}
+
+
+@pytest.mark.parametrize("planner, options", [(p, None) for p in ("aero", "dars", "pilot-commit", "pvpo", "sgpo",
+                                                                  "cures", "greso+oracle")]
+                         + [("pods+ar3po", PODS_AR3PO)])
+def test_every_sampling_planner_runs_in_verl_as_in_rollwise_driver(transfer_queue, planner, options):
+    """Stages (aero, dars, ar3po), pilots (pilot-commit), profiles (pvpo, sgpo, cures), the oracle's measurements
+    and PODS's down-sampling of AR3PO's merged groups: the same rounds, the same trained rows and the same
+    charges as rollwise's driver, for two steps; one uid per trained prompt; nothing left in TransferQueue.
+    16 prompts, 4 per step."""
+    script = staged if planner == "pods+ar3po" else mixed
+    ctx, engine = make_ctx(16, B=4, n=2, seed=1), ScriptEngine(script)
+    mine = build_planner(planner, 16, ctx.rng, options)
     trainer = make_trainer(train_batch_size=4, n=2)
-    trainer.agent_loop_manager = loop = ScriptAgentLoop(mixed)
-    buffer = make_buffer(trainer, planner, seed=1)
+    trainer.agent_loop_manager = loop = ScriptAgentLoop(script)
+    buffer = make_buffer(trainer, planner, seed=1, **({"planner_options": options} if options else {}))
+    cut = []
     for step in (1, 2):
         ctx.step = step
+        rounds_before = len(engine.submitted)
         batch, _, _ = driver_step(mine, ctx, engine)
         assert batch.groups  # verl cannot train an empty batch
         groups, _ = verl_step(trainer, buffer, step)
         assert {pid: [t for _, t, _, _ in rows] for pid, rows in groups.items()} == \
             {g.prompt.id: [r.token_ids_T.tolist() for r in g.rollouts] for g in batch.groups}
+        if planner == "pods+ar3po":  # PODS cut a merged group: more rows generated for it than trained
+            generated = {}
+            for sub in engine.submitted[rounds_before:]:
+                for q in sub:
+                    generated[q.prompt.id] = generated.get(q.prompt.id, 0) + q.n
+            assert all(len(rows) <= 2 for rows in groups.values())
+            cut.append(any(generated[pid] > 2 for pid in groups))
+    assert any(cut) or planner != "pods+ar3po"
     assert [[(q.prompt.id, q.n) for q in sub] for sub in engine.submitted] == loop.rounds[:len(engine.submitted)]
     assert len(loop.rounds) == len(engine.submitted)
     for fate in ("trained", "discarded", "scored"):
