@@ -107,6 +107,28 @@ def test_llama_defaults_and_the_tiny_fingerprint():
         **{**vars(llama), "arch": "tiny"}))  # same dims, other family: another base
 
 
+def test_the_shipped_llama_base_is_found_by_its_settings_and_loads_as_a_llama():
+    """The testbed's Llama base (issue 25's second model family) ships, so a plan that sets
+    `warmstart.arch: llama` finds it without the hour-long warm start; it is a standard HF Llama checkpoint
+    of the default shape, and its recorded report is the base the Llama plans start from."""
+    from transformers import LlamaForCausalLM
+
+    from rollwise.policy.warmstart import base_checkpoint
+    from rollwise.run.config import load_config
+
+    llama = load_config(None, {"task": "remainder", "warmstart.arch": "llama"}).warmstart
+    built = []
+    path = base_checkpoint(RemainderTask(), llama, log=built.append)
+    assert path == SHIPPED / "remainder-llama" and built == []  # found, nothing built
+    build = json.loads((path / "build.json").read_text())
+    assert build["warmstart"]["arch"] == "llama" and build["fingerprint"] == fingerprint(RemainderTask(), llama)
+    policy = Policy.load(path)
+    assert policy.kind == "hf" and isinstance(policy.model, LlamaForCausalLM)
+    assert sum(p.numel() for p in policy.model.parameters()) == 6_004_512
+    report = json.loads((path / "report.json").read_text())
+    assert report["eval_acc"] == pytest.approx(0.855) and report["pool_mixed"] == pytest.approx(0.855)
+
+
 @pytest.mark.parametrize("sets, error", [
     ({"warmstart.arch": "gpt"}, "warmstart.arch must be one of tiny, llama, got 'gpt'"),
     ({"warmstart.arch": ["llama"]}, "warmstart.arch must be one of tiny, llama, got \\['llama'\\]"),
