@@ -38,7 +38,9 @@ BENCHES = (("bench2", "Bench 2.0: GRPO, the oracle and the other planners, 8 see
 CONFIRMATORY = (("bench3_confirm_remainder", "benchmarks/plans/remainder_confirm_1.yaml", "testbed (remainder)"),
                 ("bench3_confirm_task1", "benchmarks/plans/task1_confirm_1.yaml", "1 (arithmetic), plan 1"),
                 ("bench3_confirm2_task1", "benchmarks/plans/task1_confirm_2.yaml", "1 (arithmetic), plan 2"),
-                ("bench3_confirm3_task1", "benchmarks/plans/task1_confirm_3.yaml", "1 (arithmetic), plan 3"))
+                ("bench3_confirm3_task1", "benchmarks/plans/task1_confirm_3.yaml", "1 (arithmetic), plan 3"),
+                ("bench3_confirm_llama", "benchmarks/plans/llama_confirm_1.yaml",
+                 "testbed, Llama 6.0M (primary: sampled)"))
 
 EXPLORATORY = "exploratory: the composition was chosen after these seeds' results were seen"
 # Task 2's rows in the summary: (record, variant, label). A record is a bench directory (its summary.json, from
@@ -88,7 +90,7 @@ def verdicts() -> str:
     """Bench 3.0's verdicts, from the confirmatory records (the README shows them first)."""
     out = ["**Bench 3.0 verdicts** (confirmatory: each plan was committed before its runs; the test split; seeds "
            "never used to choose; against tuned GRPO; Holm over each plan's family). Δ: mean greedy test accuracy "
-           "over the compute budget (`gpu-h100-v1`), arm − tuned GRPO on the same seed, 95% bootstrap interval; "
+           "(the mean of 2 samples at temperature 1 where the task column says sampled) over the compute budget (`gpu-h100-v1`), arm − tuned GRPO on the same seed, 95% bootstrap interval; "
            "compute-to-target: tuned GRPO's compute to reach its own accuracy at the budget over the arm's "
            "(> 1: less compute). Arms outside the family are described, not decided.", "",
            "| task | arm | planner | Δ vs tuned GRPO [95% CI] | p (Holm) | verdict | compute-to-target [95% CI] "
