@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import shutil
 import time
@@ -42,6 +43,7 @@ from .tiny import TinyConfig, TinyGPT
 from .tokenizer import char_tokenizer, extend_alphabet
 
 ARCHS = ("tiny", "llama")
+LR_DECAYS = ("constant", "cosine")
 # (n_layer, n_head, n_embd) where the user sets none. The llama default is the shape of llama2.c's
 # stories15M (6 layers, 6 heads, width 288, MLP 768): about 6.0M parameters over the character vocabulary
 # (the 15M of that model is mostly its 32k-token embedding); tiny's is the shipped bases' 0.8M.
@@ -57,6 +59,8 @@ class WarmStartConfig:
     batch_size: int = setting(64, "warm start: examples per step")
     lr: float = setting(1e-3, "warm start: learning rate")
     warmup: int = setting(50, "warm start: linear warm-up steps")
+    lr_decay: str = setting("constant", "warm start: the learning rate after warm-up, constant (the shipped "
+                                        "bases) or cosine (down to 0 at the last step)")
     seed: int = setting(0, "warm start: seed of the initial weights and the example order")
     arch: str = setting("tiny", "the base's architecture: tiny (rollwise's TinyGPT) or llama (a Hugging Face "
                                 "LlamaForCausalLM over the same character tokenizer)")
@@ -69,6 +73,8 @@ class WarmStartConfig:
                                    "should be able to write that the data lacks)")
 
     def __post_init__(self):
+        if self.lr_decay not in LR_DECAYS:
+            raise ValueError(f"warmstart.lr_decay must be one of {', '.join(LR_DECAYS)}, got {self.lr_decay!r}")
         if not isinstance(self.arch, str) or self.arch not in ARCHS:
             raise ValueError(f"warmstart.arch must be one of {', '.join(ARCHS)}, got {self.arch!r}")
         for name, default in zip(("n_layer", "n_head", "n_embd"), ARCH_DIMS[self.arch]):
@@ -81,11 +87,14 @@ def default_cache_dir() -> Path:
 
 
 def _settings(cfg: WarmStartConfig) -> dict:
-    """The warm-start settings as hashed: `extra_chars` only when set and `arch` only when not tiny, so the
-    keys of the bases built before they existed (the shipped ones) do not change."""
+    """The warm-start settings as hashed: `extra_chars` only when set, `arch` only when not tiny and
+    `lr_decay` only when not constant, so the keys of the bases built before they existed (the shipped
+    ones) do not change."""
     d = asdict(cfg)
     if not d["extra_chars"]:
         del d["extra_chars"]
+    if d["lr_decay"] == "constant":
+        del d["lr_decay"]
     if d["arch"] == "tiny":
         del d["arch"]
     return d
@@ -225,8 +234,8 @@ def supervised_warm_start(task, cfg: WarmStartConfig, log=print, on_step=None) -
         loss_mask = (pos >= torch.tensor(starts).unsqueeze(1) - 1) & mask[:, 1:].bool()
         target[~loss_mask] = -100  # train on the answer and EOS only
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=-100)
-        for group in opt.param_groups:  # linear warm-up, then constant
-            group["lr"] = cfg.lr * min(1.0, (step + 1) / cfg.warmup)
+        for group in opt.param_groups:
+            group["lr"] = warmstart_lr(cfg, step)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -239,6 +248,17 @@ def supervised_warm_start(task, cfg: WarmStartConfig, log=print, on_step=None) -
             model.train()
     model.eval()
     return policy
+
+
+def warmstart_lr(cfg: WarmStartConfig, step: int) -> float:
+    """The learning rate of supervised step `step` (from 0): linear warm-up over `cfg.warmup` steps, then
+    constant, or (`lr_decay: cosine`) a half cosine from `cfg.lr` towards 0 just after the last step. With
+    a constant rate a base is wherever its last batches leave it; the decay is there to damp that."""
+    warm = cfg.lr * min(1.0, (step + 1) / cfg.warmup)
+    if cfg.lr_decay == "constant" or step + 1 <= cfg.warmup:
+        return warm
+    done = (step + 1 - cfg.warmup) / (cfg.steps - cfg.warmup + 1)  # in (0, 1): the last step still learns
+    return cfg.lr * 0.5 * (1.0 + math.cos(math.pi * done))
 
 
 def check_context(task, policy: Policy, cfg: WarmStartConfig, examples: list | None = None) -> None:
