@@ -60,7 +60,7 @@ class WarmStartConfig:
     lr: float = setting(1e-3, "warm start: learning rate")
     warmup: int = setting(50, "warm start: linear warm-up steps")
     lr_decay: str = setting("constant", "warm start: the learning rate after warm-up, constant (the shipped "
-                                        "bases) or cosine (down to 0 at the last step)")
+                                        "bases) or cosine (a half cosine towards 0 at the last step)")
     seed: int = setting(0, "warm start: seed of the initial weights and the example order")
     arch: str = setting("tiny", "the base's architecture: tiny (rollwise's TinyGPT) or llama (a Hugging Face "
                                 "LlamaForCausalLM over the same character tokenizer)")
