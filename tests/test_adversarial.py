@@ -82,9 +82,9 @@ def test_config_cannot_make_a_planner_or_task_of_a_command(tmp_path):
     component of that kind is refused before it is called."""
     marker = tmp_path / "pwned"
     for overrides, msg in (({"planner": "os:system", "planner_options": {"os:system": {"command": f"touch {marker}"}}},
-                            "is not a planner component"),
+                            "'os:system': refused: 'os' is the standard library"),
                            ({"task": "subprocess:Popen", "task_options": {"args": f"touch {marker}", "shell": True}},
-                            "is not a task")):
+                            "'subprocess:Popen': refused: 'subprocess' is the standard library")):
         with pytest.raises(ValueError, match=msg):
             load_config(None, overrides)
     assert not marker.exists()
@@ -202,7 +202,7 @@ def test_reward_output_on_stdout_does_not_corrupt_the_worker():
 
 
 def test_bad_reward_spec_is_an_error_before_training():
-    for spec, msg in (("no_such_module_x:f", "cannot import module"), ("adversarial_rewards:nope", "not a callable"),
+    for spec, msg in (("no_such_module_x:f", "no module .no_such_module_x. on the import path"), ("adversarial_rewards:nope", "not a callable"),
                       ("adversarial_rewards", "module:function")):
         with pytest.raises(ValueError, match=msg):
             Scorer(spec, trusted=False)

@@ -253,6 +253,76 @@ def test_every_option_of_every_component_refuses_invalid_values(kind, name, opti
     check()
 
 
+# ---- code named by a data file: standard-library and installed callables are refused (issue 45, item 1) ----
+
+# Every config field that imports code by `module:Attr`, and where it goes in a config
+CODE_FIELDS = {
+    "reward": lambda spec: {"reward": spec},
+    "planner": lambda spec: {"planner": spec},
+    "task": lambda spec: {"task": spec},
+    "engine": lambda spec: {"engine": spec},
+    "reward_shaping": lambda spec: {"reward_shaping": spec},
+    **{f"learner.{k}": (lambda k: lambda spec: {"learner": {k: spec}})(k)
+       for k in ("advantage", "loss", "loss_agg", "correction", "recompose")},
+    "learner.recompose_options.advantage": lambda spec: {"learner": {"recompose": "shuffle-r1",
+                                                                     "recompose_options": {"advantage": spec}}},
+}
+# Callables that would delete, run or open something, and modules whose import alone does something
+# (`this` prints; none of them may be imported because a config names them)
+FOREIGN_CODE = ["shutil:rmtree", "os:remove", "os:system", "posix:unlink", "subprocess:run", "subprocess:Popen",
+                "builtins:exec", "builtins:eval", "pathlib:Path", "tempfile:mkdtemp", "webbrowser:open", "this:s",
+                "yaml:load", "numpy:save", "torch:save", "rollwise.run.rundir:start"]
+
+
+@pytest.mark.parametrize("field", sorted(CODE_FIELDS))
+def test_every_field_that_imports_code_refuses_foreign_callables(field):
+    """A config naming a standard-library (or installed, or rollwise-internal) callable in any field that
+    imports code: one line saying it is refused, nothing written, and its module never imported."""
+    import sys
+
+    @settings(FUZZ, max_examples=4)
+    @given(st.sampled_from(FOREIGN_CODE))
+    def check(spec):
+        module = spec.partition(":")[0]
+        had = module in sys.modules
+        with tempfile.TemporaryDirectory() as tmp:
+            work = Path(tmp)
+            for answer in ("1", "2", "10", "42"):  # the issue's probe: folders named like the model's answers
+                (work / answer).mkdir()
+            cfg = work / "config.yaml"
+            cfg.write_text(yaml.safe_dump({**BASE, **CODE_FIELDS[field](spec)}))
+            code, err = run_cli(["train", "--config", cfg, "--out", work / "run"], work)
+            assert_refused(code, err, f"{field}={spec}")
+            assert "refused" in err and repr(spec) in err, f"{field}={spec}: {err}"
+            assert sorted(p.name for p in work.iterdir()) == ["1", "10", "2", "42", "config.yaml"], f"{field}={spec}"
+        assert had or module not in sys.modules, f"{field}={spec}: {module} was imported"
+
+    check()
+
+
+PLAN_CODE_FIELDS = {
+    "task": lambda plan, spec: {**plan, "task": spec},
+    "engine": lambda plan, spec: {**plan, "engine": spec},
+    "planner": lambda plan, spec: {**plan, "arms": {**plan["arms"], "ar3po": {"planner": spec}}},
+    **{f"set.{k}": (lambda k: lambda plan, spec: {**plan, "arms": {
+        **plan["arms"], "ar3po": {"planner": "ar3po", "set": {k: spec}}}})(k)
+       for k in ("reward", "engine", "learner.advantage", "learner.loss", "reward_shaping")},
+}
+
+
+@pytest.mark.parametrize("field", sorted(PLAN_CODE_FIELDS))
+def test_a_plan_naming_foreign_code_is_refused(field):
+    """The same rule for a plan file: every field that names code, on a dry run."""
+
+    @settings(FUZZ, max_examples=4)
+    @given(st.sampled_from(FOREIGN_CODE))
+    def check(spec):
+        code, err = run_plan(yaml.safe_dump(PLAN_CODE_FIELDS[field](EXAMPLE_PLAN, spec)), f"plan {field}={spec}")
+        assert code != 0 and (repr(spec) in err or spec.replace(":", "") in err), f"plan {field}={spec}: {err}"
+
+    check()
+
+
 # ---- malformed plan files (rollwise bench --plan) -------------------------------------------------
 
 EXAMPLE_PLAN = yaml.safe_load((Path(__file__).parents[1] / "benchmarks/plans/example_task1.yaml").read_text())

@@ -50,7 +50,7 @@ def test_math_reward_hand_cases(how, response, answer, reward):
 
 def test_math_reward_runs_in_the_worker_and_never_fails():
     spec, path = builtin_reward("math", {})
-    s = Scorer(spec, trusted=False, timeout_s=30, path=path)
+    s = Scorer(spec, trusted=False, timeout_s=30, path=path, own=True)
     try:
         scores = s.judge_many([("\\boxed{1/2}", "0.5"), ("#### 42", "42"), ("\\frac{", "1"), ("7", "8"),
                                ("\x00\\boxed{" * 50, "1")])

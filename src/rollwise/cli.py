@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
@@ -229,6 +230,34 @@ def die_with_parent() -> None:
         sys.exit("rollwise: error: the bench that started this run has ended")
 
 
+# ---- --trust-code: the user, on the command line, trusts code a data file names (core/trust.py) -------------
+
+def _add_trust_flag(p) -> None:
+    p.add_argument("--trust-code", action="append", dest="trust_code", metavar="MODULE",
+                   help="let a config or plan name code from MODULE (a package of the standard library or "
+                        "site-packages, e.g. an installed plugin); without it, code named by a data file must be "
+                        "your own module (docs/robustness.md). Repeatable")
+
+
+@contextlib.contextmanager
+def _trusting(modules: list[str]):
+    """ROLLWISE_TRUST_CODE extended by `modules` while the command runs: the processes it starts (a bench's
+    runs) inherit it; the caller's environment is restored after (main may run in-process, e.g. in tests)."""
+    from .core.trust import TRUST_ENV
+
+    old = os.environ.get(TRUST_ENV)
+    if modules:
+        os.environ[TRUST_ENV] = ",".join([*(old.split(",") if old else []), *modules])
+    try:
+        yield
+    finally:
+        if modules:
+            if old is None:
+                os.environ.pop(TRUST_ENV, None)
+            else:
+                os.environ[TRUST_ENV] = old
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="rollwise", description=__doc__)
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -265,6 +294,8 @@ def main(argv=None) -> int:
         add_sim_parser = None
     if add_sim_parser is not None:
         add_sim_parser(sub)
+    for p in sub.choices.values():  # every command may import code that a config or plan names
+        _add_trust_flag(p)
     args = parser.parse_args(argv)
     die_with_parent()
     args.argv = list(sys.argv[1:] if argv is None else argv)  # the command as given (reports record it)
@@ -272,8 +303,9 @@ def main(argv=None) -> int:
     from .run.loop import RunStopped
 
     try:
-        return {"train": cmd_train, "eval": cmd_eval, "list": cmd_list, "warmstart": cmd_warmstart,
-                "export": cmd_export}.get(args.cmd, getattr(args, "func", None))(args)
+        with _trusting(getattr(args, "trust_code", None) or []):
+            return {"train": cmd_train, "eval": cmd_eval, "list": cmd_list, "warmstart": cmd_warmstart,
+                    "export": cmd_export}.get(args.cmd, getattr(args, "func", None))(args)
     except (ValueError, OSError, KeyError, RunStopped, BenchFailed) as e:
         # bad input, a file that cannot be read or written, or a run that stopped for a stated reason: one
         # line, no traceback (a genuine bug raises something else and keeps its traceback)

@@ -21,6 +21,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..core import trust
 from .runner import BenchConfig, safe_name
 
 KINDS = ("exploratory", "confirmatory")
@@ -178,6 +179,10 @@ def parse_plan(text: str, where: str = "plan") -> Plan:
         settings = _need(a, "set", dict, aw, {}, required=False)
         if any(not isinstance(k, str) for k in settings):
             raise PlanError(f"{aw}: 'set' keys must be config keys (strings)")
+        try:  # code a run would import: the user's own only (core/trust.py), refused before anything is recorded
+            trust.check_settings(settings, f"{aw}: set")
+        except ValueError as e:
+            raise PlanError(str(e)) from None
         for key in settings:
             if key in PLAN_KEYS or key in ("task_options.data_seed", "task_options.split") or (
                     key == "task_options" and isinstance(settings[key], dict)

@@ -18,8 +18,11 @@ A config file names components and the keyword options they are built with, so w
 must declare itself a component of that kind: the registry marker, the attribute `rollwise_kind = KIND`.
 `@register(kind, name)` sets it, and so does subclassing a kind's base class that carries it
 (`rollwise.control.base.Component` for planners); a class may also state it itself. `os:system` or
-`subprocess:Popen` carry no marker and are refused before anything calls them. (A user reward,
-`--reward module:function`, is the one exception: it is called only in the reward worker process.)
+`subprocess:Popen` carry no marker and are refused before anything calls them. Before that, the module must
+be the user's own (core/trust.py: not the standard library, site-packages or rollwise, unless the command
+line trusts it), so nothing of `os` or an installed package is even imported because a config named it.
+A user reward (`--reward module:function`) carries no marker; it goes through the same rule
+(run/config.py, tasks/reward.py) and is called only in the reward worker process.
 """
 from __future__ import annotations
 
@@ -29,6 +32,8 @@ import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
+
+from . import trust
 
 KINDS = ("planner", "advantage", "loss", "aggregation", "correction", "recompose", "engine", "task", "shaping")
 
@@ -93,6 +98,7 @@ def _import(kind: str, spec: str) -> Entry:
         raise ValueError(f"{kind} {spec!r}: expected 'module:Attr'")
     if os.getcwd() not in sys.path and "" not in sys.path:  # `python -m` and console scripts omit it
         sys.path.insert(0, os.getcwd())
+    trust.check_code(kind, spec, allow_rollwise=True)  # the user's own code only, before anything is imported
     try:
         obj = getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError) as e:

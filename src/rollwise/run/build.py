@@ -71,8 +71,10 @@ def reward_scorer(cfg: Config, task) -> Scorer:
     timeout and a memory limit."""
     if not cfg.reward:
         return Scorer(task.verify)
-    spec, path = builtin_reward(cfg.reward, cfg.reward_options) or (cfg.reward, [])
-    return Scorer(spec, trusted=False, timeout_s=cfg.reward_timeout_s, memory_mb=cfg.reward_memory_mb, path=path)
+    builtin = builtin_reward(cfg.reward, cfg.reward_options)
+    spec, path = builtin or (cfg.reward, [])
+    return Scorer(spec, trusted=False, timeout_s=cfg.reward_timeout_s, memory_mb=cfg.reward_memory_mb, path=path,
+                  own=builtin is not None)
 
 
 def build_trainer_engine(cfg: Config, policy, **overrides):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import re
 import types
 import typing
@@ -408,6 +409,9 @@ def check_reward(cfg: Config) -> None:
         module, _, attr = cfg.reward.partition(":")
         if not module.strip() or not attr.strip():
             raise ValueError(f"reward must be 'module:function' or 'math', got {cfg.reward!r}")
+        from ..core.trust import check_code
+
+        check_code("reward", cfg.reward, extra_path=[os.getcwd()])  # the user's own code, not shutil:rmtree
 
 
 def conform(value, hint, name: str):

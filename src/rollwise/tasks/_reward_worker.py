@@ -5,7 +5,8 @@ tens of milliseconds and whatever the user's function does (exit, crash, hang, s
 here, never in the trainer. Protocol, one JSON object per line:
 
     parent -> worker  {"spec": "module:function", "path": [...], "memory_mb": 4096}   once
-    worker -> parent  {"ready": true, "weights": {...} | null, "range": [low, high] | null}  or  {"error": "..."}
+    worker -> parent  {"ready": true, "weights": {...} | null, "range": [low, high] | null,
+                       "module": the function's __module__}  or  {"error": "..."}
     parent -> worker  {"items": [[response, answer], ...]}                            per call
     worker -> parent  {"value": 1.0} | {"parts": {"name": 1.0}} | {"error": "..."}    one line per item
 
@@ -164,7 +165,9 @@ def main() -> None:
             send({"error": f"sandbox: the verifier scores its warm-up items {after} inside the sandbox but "
                            f"{before} outside (it may need a file the sandbox user cannot read)"[:500]})
             return
-    send({"ready": True, "weights": weights, "range": declared_range})
+    defined_in = getattr(fn, "__module__", None)  # the trainer checks it is the user's own code (core/trust.py)
+    send({"ready": True, "weights": weights, "range": declared_range,
+          "module": defined_in if isinstance(defined_in, str) else None})
     for line in proto_in:
         request = json.loads(line)
         for response, answer in request["items"]:

@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from ..core import trust
 from ..core.types import Group, Rollout
 
 RewardFn = Callable[[str, str], "float | Mapping[str, float]"]
@@ -103,18 +104,19 @@ class Scorer:
     """Scores responses with `fn(response, answer)`. Trusted (the task's verifier): `fn` is a callable
     called inline. Untrusted (a user's reward): `fn` is its 'module:function' spec and runs in a
     `RewardWorker` process; `timeout_s` bounds one call (a group's rollouts, or a chunk of evaluation
-    prompts) and `memory_mb` the worker's address space (0: no limit)."""
+    prompts) and `memory_mb` the worker's address space (0: no limit). `own`: rollwise's built-in reward
+    (not named by a data file, so not subject to core/trust.py's rule)."""
 
     def __init__(self, fn: RewardFn | str, trusted: bool = True, timeout_s: float = 5.0,
                  weights: Mapping[str, float] | None = None, correct_part: str = "correct", memory_mb: int = 0,
-                 path: list[str] = ()):
+                 path: list[str] = (), own: bool = False):
         self.fn, self.trusted, self.timeout_s = fn, trusted, timeout_s
         self.worker = None
         if not trusted:
             if not isinstance(fn, str):
                 raise TypeError("an untrusted reward runs in a worker process, so it is named 'module:function', "
                                 f"got {fn!r}")
-            self.worker = RewardWorker(fn, timeout_s, memory_mb, path)
+            self.worker = RewardWorker(fn, timeout_s, memory_mb, path, own=own)
         declared = self.worker.weights if self.worker is not None else declared_weights(fn)
         self.low, self.high = (self.worker.range if self.worker is not None else declared_range(fn))
         self.weights = {str(k): float(v) for k, v in weights.items()} if weights else declared
@@ -245,12 +247,15 @@ class RewardWorker:
     SANDBOX_ENV = ("LANG", "LC_ALL", "LC_CTYPE")  # what a sandboxed worker keeps of the trainer's environment
 
     def __init__(self, spec: str, timeout_s: float, memory_mb: int = 0, path: list[str] = (),
-                 sandbox: dict | None = None, warm: list[tuple[str, str]] = ()):
+                 sandbox: dict | None = None, warm: list[tuple[str, str]] = (), own: bool = False):
         module, _, attr = spec.partition(":")
         if not module or not attr:
             raise ValueError(f"reward {spec!r}: expected 'module:function'")
         self.spec, self.timeout_s, self.memory_mb = spec, float(timeout_s), int(memory_mb)
         self.path = list(path)  # searched before the trainer's own path
+        self.own = own  # rollwise's own verifier (`builtin_reward`, reasoning-gym's): named by code, not data
+        if not own:  # a user's: their own code only, checked before the worker imports anything
+            trust.check_code("reward", spec, extra_path=[os.getcwd()], path_before=self.path)
         self.sandbox, self.warm = sandbox, [list(p) for p in warm]
         self.proc: subprocess.Popen | None = None
         self.replaced = 0  # workers killed or lost after a timeout, an exit or a crash
@@ -284,6 +289,13 @@ class RewardWorker:
         if "error" in msg:
             _kill(proc)
             raise ValueError(f"reward {self.spec!r}: {msg['error']}")
+        if not self.own:  # imported, never called yet: where the callable itself comes from
+            try:
+                trust.check_defined_in("reward", self.spec, msg.get("module"), extra_path=[os.getcwd()],
+                                       path_before=self.path)
+            except ValueError:
+                _kill(proc)
+                raise
         rng = msg.get("range")
         declared = DEFAULT_RANGE if rng is None else check_range(rng, f"reward {self.spec!r}: reward_range")
         return msg.get("weights"), declared

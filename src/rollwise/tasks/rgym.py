@@ -229,11 +229,11 @@ class ReasoningGymTask:
 
         args = ("_rg_reward:score", self.verify_timeout_s, self.verify_memory_mb, [WORKER_DIR])
         if self.verify_sandbox is False:
-            return RewardWorker(*args)
+            return RewardWorker(*args, own=True)
         why = unavailable()
         if why is None:
             try:
-                return RewardWorker(*args, sandbox=worker_settings(),
+                return RewardWorker(*args, own=True, sandbox=worker_settings(),
                                     warm=[(_rg_reward.reference_response(answer), answer)])
             except ValueError as e:
                 why = str(e)
@@ -241,7 +241,7 @@ class ReasoningGymTask:
             raise ValueError(f"task_options.verify_sandbox=true: {why}")
         print(f"warning: reasoning-gym: the verifier runs without its sandbox ({why}); "
               "task_options.verify_sandbox=false silences this, true makes it an error", file=sys.stderr)
-        return RewardWorker(*args)
+        return RewardWorker(*args, own=True)
 
     def close(self) -> None:
         if self._worker is not None:
