@@ -81,3 +81,18 @@ def signed(resp, ans):
 
 
 signed.reward_range = (-1.0, 1.0)  # a declared range widens the default (0, 1)
+
+
+def forks(resp, ans):
+    """Starts two children that sleep 60 s (one a plain fork, one a subprocess) and records their pids in
+    $FORK_PIDS_FILE, then scores; issue 45 found 48 such children alive after the run."""
+    import subprocess
+
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(60)
+        os._exit(0)
+    child = subprocess.Popen(["sleep", "60"])
+    with open(os.environ["FORK_PIDS_FILE"], "a") as f:
+        f.write(f"{pid}\n{child.pid}\n")
+    return 1.0 if resp == ans else 0.0

@@ -27,6 +27,61 @@ import warnings
 from collections.abc import Mapping
 
 
+def _guard() -> None:
+    """Split into the guard (this process, the process-group leader: the trainer starts it in a new session)
+    and the worker (the child, which returns from here). Whatever the reward starts stays in the group; the
+    guard kills every other process of the group once the worker has exited or the trainer is gone (SIGKILL
+    included: it polls its parent), then exits with the worker's status. The trainer kills the whole group
+    itself when it replaces or closes the worker. The guard runs no user code, so it is never stuck in it."""
+    trainer = os.getppid()
+    pid = os.fork()
+    if pid == 0:
+        return
+    null = os.open(os.devnull, os.O_RDWR)  # the protocol is the worker's alone: EOF reaches the trainer with it
+    for fd in (0, 1):
+        os.dup2(null, fd)
+    status = None
+    while status is None and os.getppid() == trainer:
+        done, st = os.waitpid(pid, os.WNOHANG)
+        if done:
+            status = st
+        else:
+            time.sleep(0.05)
+    _kill_group_but_me()
+    if status is None:
+        os._exit(1)
+    os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
+
+
+def _kill_group_but_me() -> None:
+    """SIGKILL every process of this process group but this one, until none is left (a process forking
+    meanwhile is found on the next pass). Without /proc (not Linux), the whole group, this one included."""
+    import signal
+
+    me, group = os.getpid(), os.getpgid(0)
+    if not os.path.isdir("/proc"):
+        os.killpg(group, signal.SIGKILL)
+    for _ in range(100):
+        found = False
+        for name in os.listdir("/proc"):
+            if not name.isdigit() or int(name) == me:
+                continue
+            try:
+                if os.getpgid(int(name)) == group:
+                    os.kill(int(name), signal.SIGKILL)
+                    found = True
+            except OSError:  # gone meanwhile
+                pass
+        if not found:
+            return
+        time.sleep(0.01)
+        try:  # reap what was ours (the worker); the rest is reaped by its new parent
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+        except ChildProcessError:
+            pass
+
+
 def _die_with_parent() -> None:
     """Exit when the trainer dies, even if the reward function never returns: PR_SET_PDEATHSIG on
     Linux, and a watchdog thread everywhere (a Python busy loop still yields the GIL to it)."""
@@ -98,6 +153,7 @@ def _score(fn, response: str, answer: str) -> dict:
 
 
 def main() -> None:
+    _guard()
     proto_in = os.fdopen(os.dup(0), "r", encoding="utf-8")
     proto_out = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
     # the user's prints (and anything writing to fd 1) go to stderr, never into the protocol

@@ -27,7 +27,8 @@ A user reward function (`--reward module:function`) runs in a separate worker pr
 (`RewardWorker`), never in the trainer: it is called on a group's rollouts at once, with a timeout for the
 whole call and a memory limit (RLIMIT_AS). If it raises, calls sys.exit, returns a non-finite number or
 something that is not a number or a mapping of numbers, that rollout scores 0 and the worker goes on. If
-it hangs, spins, exits the process (os._exit) or crashes, the worker is killed and replaced, and the
+it hangs, spins, exits the process (os._exit) or crashes, the worker is killed (with every process it
+started: the worker's process group, see `RewardWorker`) and replaced, and the
 rollouts of that call it had not scored yet score 0. Either way every failed rollout counts in `errors`
 with all components 0 (when their names are not known yet, `score` fills the zeros once a later rollout
 of the same call fixes them), and the run goes on. The task's own verifier is trusted and called inline;
@@ -42,6 +43,7 @@ import json
 import math
 import os
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -266,8 +268,10 @@ class RewardWorker:
         if self.sandbox:  # one thread for BLAS: a sandboxed worker may start no thread once confined
             env = {k: os.environ[k] for k in self.SANDBOX_ENV if k in os.environ}
             env.update({k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")})
+        # a new session: the worker's guard leads a process group that holds everything the reward starts,
+        # killed as a whole by `_kill` and, should the trainer die first (SIGKILL too), by the guard
         proc = subprocess.Popen([sys.executable, str(WORKER_SCRIPT)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                bufsize=0, close_fds=True, env=env)
+                                bufsize=0, close_fds=True, env=env, start_new_session=True)
         weakref.finalize(self, _kill, proc)  # never outlives the trainer's objects
         self.proc, self._buf = proc, b""
         # the console script's sys.path lacks the current directory, where a user's reward module usually is
@@ -303,6 +307,8 @@ class RewardWorker:
     def call(self, pairs: list[tuple[str, str]]) -> list[tuple[bool, object]]:
         """[(True, value or {name: value}) | (False, error message)] for each pair, in order."""
         if self.proc is None or self.proc.poll() is not None:
+            if self.proc is not None:  # it exited between calls: its guard has emptied its group; close its pipes
+                _kill(self.proc)
             self._start()
         out: list[tuple[bool, object]] = []
         deadline = time.monotonic() + self.timeout_s
@@ -350,8 +356,13 @@ class RewardWorker:
 
 
 def _kill(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.kill()
+    """Kill the worker's process group: its guard, the worker and whatever the reward started. (Once the
+    guard has been reaped its group is empty: the guard kills the rest before it exits.)"""
+    if proc.returncode is None:  # not reaped yet, so its pid is still this group's
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            proc.kill()
     proc.wait()
     for f in (proc.stdin, proc.stdout):
         if f is not None:
