@@ -208,9 +208,9 @@ def test_disk_full_while_saving_a_checkpoint_is_one_line_and_keeps_the_last(tmp_
         raise error
     monkeypatch.setattr(torch, "save", full)
     code, err = cli(capsys, *args, "--steps", "2")
-    assert code == 2 and err.count("\n") == 1 and "step 2: cannot write the checkpoint" in err
-    assert "the last complete checkpoint.pt is kept" in err and "Traceback" not in err
-    assert read_checkpoint(out / CKPT)["step"] == 1 and not (out / (CKPT + ".tmp")).exists()
+    assert code == 2 and err.count("\n") == 1 and "step 2: " in err and f"while saving the checkpoint in {out}" in err
+    assert "the previous checkpoint (step 1) is kept" in err and "Traceback" not in err
+    assert read_checkpoint(out / CKPT)["step"] == 1 and not (out / ".checkpoint-saving").exists()
 
 
 @pytest.mark.parametrize("sets,msg", [

@@ -3,8 +3,10 @@
 come back bit for bit."""
 from __future__ import annotations
 
+import os
 import pickle
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -101,3 +103,119 @@ def to_cpu(x):
     if isinstance(x, (list, tuple)) and not hasattr(x, "_fields"):
         return type(x)(to_cpu(v) for v in x)
     return x
+
+
+# ---- saving a checkpoint as one unit: checkpoint.pt and model/ -----------------------------------------
+
+SAVING = ".checkpoint-saving"  # the directory a checkpoint is written into, beside the one it replaces
+MODEL = "model"
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (the disk is full, a write failed); the previous one is kept.
+    Its message is one line naming the directory, the cause and the step kept."""
+
+
+def save_unit(out: Path, state: dict, write_model, step: int, previous_step: int | None) -> None:
+    """Write `state` (plain data: `to_plain`) as `out/checkpoint.pt` and `write_model(dir)`'s files as
+    `out/model/`, as one unit: everything is written and fsynced into `out/.checkpoint-saving/` first,
+    then renamed into place (renames need no space), model/ first and checkpoint.pt last. Until the
+    renames, the previous checkpoint and model/ are untouched; a failure while writing (a full disk, at any
+    point) removes what was written and raises CheckpointWriteError naming the cause and the step kept.
+    A kill between the two renames leaves model/ one step ahead of checkpoint.pt, which a resume rewrites;
+    a kill between moving the old model/ aside and the new one in is undone by `recover`."""
+    out = Path(out)
+    saving = out / SAVING
+    recover(out)
+    try:
+        saving.mkdir()
+        torch.save(state, saving / CKPT)
+        write_model(saving / MODEL)
+        _fsync_tree(saving)
+    except BaseException as e:
+        shutil.rmtree(saving, ignore_errors=True)
+        if _is_write_failure(e):
+            raise CheckpointWriteError(_write_failure(out, e, step, previous_step)) from None
+        raise
+    model, aside = out / MODEL, saving / (MODEL + ".previous")
+    try:
+        if model.exists():
+            os.replace(model, aside)
+        os.replace(saving / MODEL, model)
+    except OSError as e:
+        try:
+            recover(out)  # the old model/ back in place, the new files removed
+        except OSError:  # then the next start does it
+            pass
+        raise CheckpointWriteError(_write_failure(out, e, step, previous_step)) from None
+    os.replace(saving / CKPT, out / CKPT)  # the commit: a resume reads this file
+    shutil.rmtree(saving, ignore_errors=True)
+    try:
+        _fsync_dir(out)  # the renames on disk (best effort: the checkpoint is in place either way)
+    except OSError:
+        pass
+
+
+def recover(out: Path) -> None:
+    """Undo what a save that was killed or failed left in `out`: the previous model/ moved back if the
+    new one never took its place, and the saving directory removed."""
+    out = Path(out)
+    saving = out / SAVING
+    if not saving.exists():
+        return
+    aside = saving / (MODEL + ".previous")
+    if aside.exists() and not (out / MODEL).exists():
+        os.replace(aside, out / MODEL)
+    shutil.rmtree(saving, ignore_errors=True)
+
+
+def _is_write_failure(e: BaseException) -> bool:
+    """An error of writing files: OSError, torch's RuntimeError of its stream writer ("unexpected pos",
+    "file write failed"), safetensors' error. (Anything else is a bug and keeps its traceback.)"""
+    if isinstance(e, (OSError, RuntimeError)):
+        return True
+    return type(e).__name__ == "SafetensorError"
+
+
+def _write_failure(out: Path, e: BaseException, step: int, previous_step: int | None) -> str:
+    import errno
+
+    try:
+        free = shutil.disk_usage(out).free
+    except OSError:
+        free = None
+    text = " ".join(str(e).split())[:200]
+    if getattr(e, "errno", None) == errno.ENOSPC or (free is not None and free < (16 << 20)):
+        cause = f"no space left on device ({type(e).__name__}: {text})"
+    else:
+        cause = f"a write failed ({type(e).__name__}: {text})"
+    kept = (f"the previous checkpoint (step {previous_step}) is kept: free space, then resume"
+            if previous_step is not None else "no checkpoint was saved before this one")
+    return f"step {step}: {cause} while saving the checkpoint in {out}; {kept}"
+
+
+def _fsync_tree(root: Path) -> None:
+    for d, _, files in os.walk(root):
+        for name in files:
+            fd = os.open(os.path.join(d, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_dir(Path(d))
+
+
+def _fsync_dir(d: Path) -> None:
+    try:
+        fd = os.open(d, os.O_RDONLY)
+    except OSError:  # not on this platform
+        return
+    try:
+        os.fsync(fd)
+    except OSError as e:  # a directory fsync that the file system does not support is no failure
+        import errno
+
+        if e.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+            raise
+    finally:
+        os.close(fd)

@@ -46,7 +46,7 @@ from .evaluate import check_finite_weights, evaluate
 from . import resume, rundir
 from .budget import Budget
 from .build import build_trainer_engine, check_prompts, load_policy, reward_scorer
-from .checkpoint import CKPT, CKPT_FORMAT, read_checkpoint, to_cpu, to_plain
+from .checkpoint import CKPT, CKPT_FORMAT, CheckpointWriteError, read_checkpoint, recover, save_unit, to_cpu, to_plain
 from .guard import FiniteGuard
 from .loggers import open_loggers
 from .progress import Heartbeat
@@ -346,24 +346,20 @@ class Trainer:
             state["async_weights"] = self.async_weights
         if self.policy.device.type != "cpu":  # a checkpoint holds CPU tensors: it loads on any device
             state = to_cpu(state)
-        tmp = self.out / (CKPT + ".tmp")
-        try:  # a full disk: a stop with the reason, and the previous checkpoint kept
-            torch.save(to_plain(state), tmp)
-            os.replace(tmp, self.out / CKPT)  # atomic: a kill mid-save leaves the previous checkpoint
-            rundir.mark_checkpointed(self.out)
-            self.policy.save(self.out / "model")
-        except (OSError, RuntimeError) as e:
-            if isinstance(e, RuntimeError) and "writ" not in str(e):  # torch words a failed write "...writing..."
-                raise
-            tmp.unlink(missing_ok=True)
-            raise RunStopped(f"step {self.step}: cannot write the checkpoint in {self.out} ({type(e).__name__}: "
-                             f"{str(e)[:200]}); the last complete {CKPT} is kept: free space, then resume") from None
+        try:  # checkpoint.pt and model/ as one unit; a full disk: a stop with the reason, the previous one kept
+            save_unit(self.out, to_plain(state), self.policy.save, self.step, getattr(self, "saved_step", None))
+        except CheckpointWriteError as e:
+            raise RunStopped(str(e)) from None
+        self.saved_step = self.step
+        rundir.mark_checkpointed(self.out)
 
     def load_checkpoint(self) -> bool:
+        recover(self.out)  # what a save killed midway left
         path = self.out / CKPT
         if not path.exists():
             return False
         s = read_checkpoint(path)
+        self.saved_step = s.get("step")
         changes = config_changes(json.loads(s["config"]), self.cfg)
         if changes and not self.allow_config_change:
             raise ValueError(f"--out {self.out}: the run there was made with other settings ({_describe(changes)}); "
