@@ -96,3 +96,27 @@ def forks(resp, ans):
     with open(os.environ["FORK_PIDS_FILE"], "a") as f:
         f.write(f"{pid}\n{child.pid}\n")
     return 1.0 if resp == ans else 0.0
+
+
+def junk_fds(resp, ans):
+    """Writes bytes that are not UTF-8 to every descriptor it may have inherited (the protocol's too), as
+    issue 45's probe did; it scores normally otherwise."""
+    if resp == "junk":
+        for fd in range(0, 32):
+            try:
+                os.write(fd, b"\x80\xff junk")
+            except OSError:
+                pass
+    return 1.0 if resp == ans else 0.0
+
+
+def junk_at_import_fds():
+    for fd in range(0, 32):
+        try:
+            os.write(fd, b"\x80\xff junk\n")
+        except OSError:
+            pass
+
+
+def junk_always(resp, ans):
+    return junk_fds("junk", ans)

@@ -113,3 +113,37 @@ def test_closing_a_scorer_kills_the_whole_group(tmp_path, monkeypatch):
         s.close()
     left, members = wait_gone(pids, {group}, 2.0)
     assert left == [] and members == []
+
+
+# ---- a reward writing junk to the descriptors it inherited (issue 45, item 7) -------------------------------
+
+def test_junk_on_the_protocols_descriptor_fails_that_call_names_the_reward_and_the_worker_goes_on(capfd):
+    s = Scorer("adversarial_rewards:junk_fds", trusted=False, timeout_s=10)
+    try:
+        first = s.worker.proc.pid
+        scores = s.judge_many([("junk", "x"), ("1", "1")])
+        assert [x.reward for x in scores] == [0.0, 0.0] and s.errors == 2
+        assert "\n" not in s.last_error and "reward 'adversarial_rewards:junk_fds': the reward worker (pid" in \
+            s.last_error and "is not its protocol" in s.last_error and "worker was replaced" in s.last_error
+        assert [x.reward for x in s.judge_many([("1", "1"), ("2", "3")])] == [1.0, 0.0]  # a fresh worker
+        assert s.worker.proc.pid != first and s.worker.replaced == 1
+    finally:
+        s.close()
+
+
+def test_junk_written_when_the_reward_module_is_imported_is_one_line_before_training():
+    with pytest.raises(ValueError, match=r"^reward 'junk_on_import:fn': the reward worker \(pid \d+, "
+                                         r"_reward_worker.py\) sent b'\\x80\\xff junk', which is not its protocol"):
+        Scorer("junk_on_import:fn", trusted=False, timeout_s=10)
+
+
+def test_a_run_whose_reward_always_writes_junk_goes_on(tmp_path, small_policy):
+    from rollwise.run.config import load_config
+    from rollwise.run.loop import Trainer
+
+    logs = []
+    cfg = load_config(None, {**SMALL, "out": str(tmp_path / "r"), "steps": 1, "eval_every": 0,
+                             "reward": "adversarial_rewards:junk_always"})
+    rows = Trainer(cfg, log=logs.append).run()
+    assert rows[-1]["reward_errors"] == rows[-1]["rollouts"] > 0
+    assert any("adversarial_rewards:junk_always': the reward worker" in m for m in logs), logs

@@ -285,11 +285,12 @@ class RewardWorker:
             line = self._readline(time.monotonic() + max(self.START_TIMEOUT_S, self.timeout_s))
         except BrokenPipeError:
             pass
-        if line is _TIMEOUT or line is _EOF:
+        msg = _message(line, ("ready", "error"))
+        if msg is None:
+            how = ("did not start in time" if line is _TIMEOUT else f"exited at start (code {_exit_code(proc)})"
+                   if line is _EOF else self._garbled(line, proc))
             _kill(proc)
-            how = "did not start in time" if line is _TIMEOUT else f"exited at start (code {proc.returncode})"
             raise ValueError(f"reward {self.spec!r}: the reward worker {how}")
-        msg = json.loads(line)
         if "error" in msg:
             _kill(proc)
             raise ValueError(f"reward {self.spec!r}: {msg['error']}")
@@ -318,15 +319,16 @@ class RewardWorker:
             pass  # it died between calls: read the EOF below
         while len(out) < len(pairs):
             line = self._readline(deadline)
-            if line is _TIMEOUT or line is _EOF:
-                _kill(self.proc)
+            msg = _message(line, ("value", "parts", "error"))
+            if msg is None:  # timed out, exited, or garbled: the rest of the call fails, a fresh worker follows
                 why = (f"the call timed out after {self.timeout_s:g}s" if line is _TIMEOUT
-                       else f"the reward worker exited (code {self.proc.returncode})")
+                       else f"the reward worker exited (code {_exit_code(self.proc)})" if line is _EOF
+                       else f"reward {self.spec!r}: the reward worker {self._garbled(line, self.proc)}")
+                _kill(self.proc)
                 out += [(False, f"{why}; the worker was replaced")] * (len(pairs) - len(out))
                 self.proc = None
                 self.replaced += 1
                 break
-            msg = json.loads(line)
             if "error" in msg:
                 out.append((False, msg["error"]))
             else:
@@ -347,12 +349,40 @@ class RewardWorker:
                     return _EOF
                 self._buf += chunk
         line, _, self._buf = self._buf.partition(b"\n")
-        return line.decode("utf-8")
+        return line
+
+    def _garbled(self, line: bytes, proc) -> str:
+        return (f"(pid {proc.pid}, {WORKER_SCRIPT.name}) sent {line[:40]!r}, which is not its protocol: the reward "
+                "may write to file descriptors it does not own (its stdout and stderr are the trainer's stderr)")
 
     def close(self) -> None:
         if self.proc is not None:
             _kill(self.proc)
             self.proc = None
+
+
+def _message(line, keys: tuple[str, ...]) -> dict | None:
+    """The worker's message on `line`: a JSON object holding one of `keys`; None for _TIMEOUT, _EOF, or
+    anything else (bytes the reward wrote to the protocol's descriptor)."""
+    if not isinstance(line, bytes):
+        return None
+    try:
+        msg = json.loads(line.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(msg, dict) or not any(k in msg for k in keys):
+        return None
+    if "parts" in msg and not isinstance(msg["parts"], dict) or "error" in msg and not isinstance(msg["error"], str):
+        return None
+    return msg
+
+
+def _exit_code(proc: subprocess.Popen):
+    """The worker's exit code, which its guard exits with a moment after the worker has ended."""
+    try:
+        return proc.wait(timeout=2.0)
+    except subprocess.TimeoutExpired:
+        return None
 
 
 def _kill(proc: subprocess.Popen) -> None:
