@@ -105,7 +105,7 @@ def cmd_plan(args) -> int:
     """`rollwise bench --plan PLAN.yaml`: record the plan, run its arms, write its report."""
     from pathlib import Path
 
-    from .plan import load_plan, record_plan, run_plan, sha256
+    from .plan import check_plan, load_plan, record_plan, recorded_digest, run_plan, sha256
     from .plan_cost import estimate, format_estimate
     from .plan_report import refuse_empty_report, write_plan_report
 
@@ -118,13 +118,14 @@ def cmd_plan(args) -> int:
     plan, raw = load_plan(args.plan)
     out = Path(args.out or f"bench-{plan.name}")
     if args.dry_run:
+        check_plan(plan, args.plan)  # the task built and every arm's settings checked: what a real run does first
         print(format_estimate(plan, estimate(plan, out), "dry run (nothing runs)"))
-        have = out / "plan.sha256"
-        if have.exists() and have.read_text().split()[0] != sha256(raw):
-            print(f"note: {out} holds another plan (sha256 {have.read_text()[:12]}); running this one there is refused")
+        old = recorded_digest(out)
+        if old is not None and old != sha256(raw):
+            print(f"note: {out} holds another plan (sha256 {old[:12]}); running this one there is refused")
         return 0
     if args.report_only:
-        if not (out / "plan.sha256").exists():
+        if recorded_digest(out) is None:
             raise ValueError(f"bench --plan --report-only: {out} holds no recorded plan")
         record_plan(plan, raw, Path(args.plan), out)  # refuses a plan that changed since
         refuse_empty_report(plan, out)

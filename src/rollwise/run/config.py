@@ -15,6 +15,7 @@ from pathlib import Path
 
 import yaml
 
+from ..core import yamlsafe
 from ..core.settings import setting
 from ..learn.learner import LearnerConfig
 from ..policy.warmstart import WarmStartConfig
@@ -133,7 +134,9 @@ def load_config(path: str | Path | None = None, overrides: dict | None = None) -
     if path:
         text = Path(path).read_text()
         try:
-            data = yaml.safe_load(text) or {}
+            data = yamlsafe.load(text) or {}
+        except yamlsafe.DuplicateKey as e:
+            raise ValueError(f"{path}: {e}") from None
         except yaml.YAMLError as e:
             raise ValueError(f"{path}: not valid YAML: {e}") from None
         if not isinstance(data, dict):
@@ -171,7 +174,7 @@ def parse_sets(items: list[str]) -> dict:
 def parse_value(text: str):
     """A `--set` value: YAML, except that numbers like 3e-4 (a string to YAML 1.1) are numbers."""
     try:
-        v = yaml.safe_load(text)
+        v = yamlsafe.load(text)
     except yaml.YAMLError as e:
         raise ValueError(f"--set value {text!r}: not a YAML value ({str(e).splitlines()[0]})") from None
     if isinstance(v, str):
