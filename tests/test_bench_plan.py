@@ -528,3 +528,59 @@ def test_dry_run_builds_a_reasoning_gym_task_and_names_a_misspelled_dataset(tmp_
     f = write(tmp_path, text.replace("dataset: gdc", "dataset: gcd"))
     assert main(["bench", "--plan", str(f), "--out", str(tmp_path / "out"), "--dry-run"]) == 0
     assert "core-hours in all" in capsys.readouterr().out and not (tmp_path / "out").exists()
+
+
+# ---- records that change without a word (issue 45 item 5) -------------------------------------------
+
+
+def test_a_run_cut_after_it_finished_is_flagged_by_status_and_refused_by_the_report(tmp_path, capsys):
+    f = write(tmp_path, PLAN.replace("seeds: [0, 1, 2, 3, 4, 5]", "seeds: [0, 1]"))
+    out = tmp_path / "out"
+    assert main(["bench", "--plan", str(f), "--out", str(out)]) == 0
+    run = out / "arms" / "greso" / "runs" / "default" / "greso" / "seed1"
+    done = json.loads((run / "done.json").read_text())
+    lines = (run / "metrics.jsonl").read_text().splitlines(keepends=True)
+    assert done["rows"] == len(lines) > 2 and len(done["metrics_sha256"]) == 64  # recorded when it finished
+    report = (out / "report.md").read_bytes()
+    capsys.readouterr()
+    (run / "metrics.jsonl").write_text(lines[0])  # cut to one row: still "done" by its done.json
+    assert main(["bench", "status", str(out)]) == 1
+    text = capsys.readouterr().out
+    assert f"WARNING: counted done, but its record no longer holds: {run / 'metrics.jsonl'}: changed since the run " \
+           f"finished (1 rows now, {len(lines)} recorded; sha256 differs)" in text
+    for args in (["--report-only"], []):  # a rerun reuses finished runs: it must not report over the cut one
+        assert main(["bench", "--plan", str(f), "--out", str(out), *args]) == 2
+        err = capsys.readouterr().err
+        assert "1 finished run(s) no longer match their record" in err and err.count("\n") == 1
+        assert (out / "report.md").read_bytes() == report  # no new verdict
+    (run / "metrics.jsonl").unlink()
+    assert main(["bench", "--plan", str(f), "--out", str(out), "--report-only"]) == 2
+    assert "missing; the run recorded" in capsys.readouterr().err
+
+
+def test_legacy_runs_without_a_digest_are_reported_and_labelled(tmp_path, capsys):
+    """Records made before done.json held digests (benchmarks/results) still report, with a note."""
+    f = write(tmp_path, PLAN.replace("seeds: [0, 1, 2, 3, 4, 5]", "seeds: [0, 1]"))
+    out = tmp_path / "out"
+    assert main(["bench", "--plan", str(f), "--out", str(out)]) == 0
+    for d in out.rglob("done.json"):
+        rec = json.loads(d.read_text())
+        d.write_text(json.dumps({k: v for k, v in rec.items() if k not in ("rows", "metrics_sha256")}))
+    capsys.readouterr()
+    assert main(["bench", "--plan", str(f), "--out", str(out), "--report-only"]) == 0
+    assert "note: 6 of 6 finished runs predate recorded digests (legacy)" in capsys.readouterr().out
+    assert main(["bench", "status", str(out)]) == 0
+    assert "predate recorded digests (legacy): not checked" in capsys.readouterr().out
+
+
+def test_a_plain_bench_report_only_refuses_a_run_cut_after_it_finished(tmp_path, capsys):
+    out = tmp_path / "b"
+    argv = ["bench", "--engine", "sim", "--planners", "greso", "--seeds", "1", "--budget", "3000",
+            "--eval-size", "50", "--out", str(out)]
+    assert main(argv) == 0
+    m = next(out.rglob("greso/seed0/metrics.jsonl"))
+    m.write_text(m.read_text().splitlines(keepends=True)[0])
+    capsys.readouterr()
+    assert main(argv + ["--report-only"]) == 2
+    err = capsys.readouterr().err
+    assert "bench --report-only: 1 finished run(s) no longer match their record" in err and err.count("\n") == 1
