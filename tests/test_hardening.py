@@ -295,6 +295,14 @@ def test_trainer_logs_the_dropped_heldout_prompts(tmp_path, small_policy):
     (["train", "--planner", "greso+greso"], "planner 'greso+greso': greso named more than once"),
     (["sim", "--steps", "1", "--prompts", "50", "--batch", "4", "--quiet", "--set", "dynamics.eta_global=nan"],
      "dynamics.eta_global must be a finite number, got nan"),
+    # issue 45 item 6: silent or raw on settings
+    (["train", "--set", "engine_options.max_rows=0"], "engine_options.max_rows must be >= 1"),
+    (["train", "--set", "engine_options.max_rows=-2"], "engine_options.max_rows must be >= 1"),
+    (["train", "--set", "task_options.pool_size.x=1"], "task_options.pool_size must be an integer, got {'x': 1}"),
+    (["train", "--set", "reward_timeout_s=1e308"], "reward_timeout_s must be a number in (0, 86400]"),
+    (["sim", "--steps", "1", "--prompts", "100000000000", "--quiet"], "sim: need 1 <= prompts <= 1e+08"),
+    (["sim", "--steps", "1", "--prompts", "50", "--batch", "100000000", "--n", "16", "--quiet"],
+     "batch x n <= 1e+08"),
 ])
 def test_smaller_probes_are_one_line_at_once(tmp_path, capsys, args, msg):
     import time
@@ -419,3 +427,12 @@ def test_train_and_eval_print_progress_lines_when_stdout_is_not_a_terminal(tmp_p
     monkeypatch.setenv("ROLLWISE_PROGRESS_EVERY", "soon")
     code, err = cli(capsys, "train", "--out", tmp_path / "bad", "--steps", "1")
     assert code == 2 and "ROLLWISE_PROGRESS_EVERY must be a number of seconds, got 'soon'" in err
+
+
+def test_reasoning_gym_verify_timeout_of_zero_is_refused_at_load():
+    pytest.importorskip("reasoning_gym", reason="the reasoning-gym extra is not installed")
+    from rollwise.run.config import load_config
+
+    for value in (0, -1, 1e308):
+        with pytest.raises(ValueError, match=r"task_options.verify_timeout_s must be a number in \(0, 86400\]"):
+            load_config(None, {"task": "reasoning-gym", "task_options": {"dataset": "gcd", "verify_timeout_s": value}})
