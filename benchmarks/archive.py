@@ -31,6 +31,11 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 ARCHIVE = "runs.tar.xz"
 IGNORE = RESULTS / ".gitignore"
+# What an archive may expand to, checked from its headers before anything is extracted: the largest record
+# (bench2) is 6.4 MB in 368 files, so these bounds refuse only an archive that is not a record of runs
+# (a few kilobytes of xz can expand to gigabytes).
+MAX_UNPACKED_BYTES = 1 << 30
+MAX_MEMBERS = 100_000
 
 
 def bench_of(path: Path) -> tuple[Path, str]:
@@ -102,31 +107,59 @@ def _ignore(bench: Path, folders: list[Path]) -> None:
     IGNORE.write_text("\n".join([header] + sorted(lines - {header})) + "\n")
 
 
-def _members(tar: tarfile.TarFile, archive: Path):
-    for m in tar.getmembers():
+def _bounded_members(tar: tarfile.TarFile, archive: Path) -> list[tarfile.TarInfo]:
+    """The archive's members, each a plain relative file, their count and total size within the bounds:
+    read from the headers (streamed) before any member is extracted."""
+    members, total = [], 0
+    for m in tar:  # one header at a time: an archive of a billion members is refused at the bound
+        if len(members) >= MAX_MEMBERS:
+            raise SystemExit(f"archive: {archive}: more than {MAX_MEMBERS} members; not a record of runs, refusing it")
+        members.append(m)
+        total += m.size
+        if total > MAX_UNPACKED_BYTES:
+            raise SystemExit(f"archive: {archive}: expands to more than {MAX_UNPACKED_BYTES / 2 ** 30:g} GiB; "
+                             "not a record of runs, refusing it (nothing extracted)")
+    return list(_members_checked(members, archive))
+
+
+def _members_checked(members, archive: Path):
+    for m in members:
         p = Path(m.name)
         if not m.isfile() or p.is_absolute() or ".." in p.parts:
             raise SystemExit(f"archive: {archive}: member {m.name!r} is not a plain relative file; refusing it")
         yield m
 
 
+def _same_bytes(path: Path, src) -> bool:
+    """Whether the file holds exactly the stream's bytes, compared in chunks (neither read whole)."""
+    with open(path, "rb") as f:
+        while True:
+            a, b = f.read(1 << 20), src.read(1 << 20)
+            if a != b:
+                return False
+            if not a:
+                return True
+
+
 def unpack(bench: Path, to: Path | None = None) -> Path:
     """Extract <bench>/runs.tar.xz under `to` (default: the bench folder, where the runs were). A file
-    already there with the same bytes is kept; one with other bytes is an error naming it (never overwritten)."""
+    already there with the same bytes is kept; one with other bytes is an error naming it (never overwritten).
+    The members are checked first (plain relative files; count and expanded size bounded), then streamed
+    to disk, never read whole into memory."""
     archive = bench / ARCHIVE
     if not archive.exists():
         raise SystemExit(f"archive: {archive} not found (benches with archives: {', '.join(benches()) or 'none'})")
     dest = bench if to is None else Path(to)
     with tarfile.open(archive, "r:xz") as tar:
-        for m in _members(tar, archive):
-            data = tar.extractfile(m).read()
+        for m in _bounded_members(tar, archive):
             target = dest / m.name
             if target.exists():
-                if target.read_bytes() != data:
+                if not _same_bytes(target, tar.extractfile(m)):
                     raise SystemExit(f"archive: {target} exists with other contents; move it away to unpack {archive}")
                 continue
             target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
+            with tar.extractfile(m) as src, open(target, "xb") as f:
+                shutil.copyfileobj(src, f, 1 << 20)
     return dest
 
 
@@ -249,8 +282,10 @@ def main(argv=None) -> int:
 
     def folder(name: str) -> Path:
         b = RESULTS / name
-        if "/" in name or not b.is_dir():
-            raise SystemExit(f"archive: no bench {name!r} in {RESULTS}")
+        # a bench is one folder directly in results/: `..` (or a path) would pack every bench's runs elsewhere
+        if not name or name in (".", "..") or "/" in name or "\\" in name or not b.is_dir() \
+                or b.resolve().parent != RESULTS.resolve():
+            raise SystemExit(f"archive: no bench {name!r} in {RESULTS} (a bench is a folder directly in it)")
         return b
 
     if args.cmd == "pack":

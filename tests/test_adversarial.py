@@ -206,7 +206,7 @@ def test_bad_reward_spec_is_an_error_before_training():
                       ("adversarial_rewards", "module:function")):
         with pytest.raises(ValueError, match=msg):
             Scorer(spec, trusted=False)
-    with pytest.raises(ValueError, match="reward_timeout_s must be a finite number > 0, got 0"):
+    with pytest.raises(ValueError, match=r"reward_timeout_s must be a number in \(0, 86400\] \(seconds\), got 0"):
         load_config(None, {"reward_timeout_s": 0})
 
 

@@ -74,3 +74,63 @@ def test_recompute_refuses_a_record_that_is_not_a_bench_summary(archive):
     archive.pack(b)
     with pytest.raises(SystemExit, match="not a `rollwise bench` record"):
         archive.recompute(b)
+
+
+@pytest.mark.parametrize("name", ["..", ".", "../results", "mybench/..", ""])
+def test_pack_and_unpack_take_only_a_bench_folder_directly_in_results(archive, name):
+    """`pack ..` moved every bench's runs into one archive outside results/: refused, nothing moved."""
+    b = _bench(archive.RESULTS)
+    with pytest.raises(SystemExit, match="a bench is a folder directly in it"):
+        archive.main(["pack", name])
+    assert (b / "runs" / "default" / "uniform" / "seed0" / "metrics.jsonl").exists()
+    assert not list(archive.ROOT.rglob(archive.ARCHIVE))
+
+
+def _bomb(b: Path, archive, members: list[tuple[str, int]]) -> None:
+    b.mkdir(parents=True)
+    with tarfile.open(b / archive.ARCHIVE, "w:xz") as tar:
+        for name, size in members:
+            info = tarfile.TarInfo(name)
+            info.size = size
+            tar.addfile(info, _Zeros(size))
+
+
+class _Zeros:
+    def __init__(self, n):
+        self.n = n
+
+    def read(self, k=-1):
+        k = self.n if k < 0 else min(k, self.n)
+        self.n -= k
+        return bytes(k)
+
+
+def test_unpack_bounds_the_expansion_before_extracting_anything(archive, monkeypatch):
+    b = archive.RESULTS / "bomb"
+    _bomb(b, archive, [("runs/a", 3 << 20), ("runs/b", 3 << 20)])  # 6 MiB of zeros in a few KB of xz
+    assert (b / archive.ARCHIVE).stat().st_size < 20_000
+    monkeypatch.setattr(archive, "MAX_UNPACKED_BYTES", 4 << 20)
+    with pytest.raises(SystemExit, match="expands to more than .* GiB; not a record of runs"):
+        archive.unpack(b)
+    assert not (b / "runs").exists()  # checked before the first member is written
+    monkeypatch.setattr(archive, "MAX_UNPACKED_BYTES", 1 << 30)
+    monkeypatch.setattr(archive, "MAX_MEMBERS", 1)
+    with pytest.raises(SystemExit, match="more than 1 members"):
+        archive.unpack(b)
+    assert not (b / "runs").exists()
+
+
+def test_unpack_streams_members_instead_of_reading_them_whole(archive):
+    import tracemalloc
+
+    b = archive.RESULTS / "big"
+    _bomb(b, archive, [("runs/big.bin", 64 << 20)])
+    tracemalloc.start()
+    try:
+        archive.unpack(b)
+        archive.unpack(b)  # the second call compares the file already there, also in chunks
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert (b / "runs" / "big.bin").stat().st_size == 64 << 20
+    assert peak < 16 << 20, f"peak {peak / 2 ** 20:.1f} MiB while unpacking a 64 MiB member"

@@ -305,7 +305,7 @@ def test_plan_runs_end_on_the_compute_budget_and_evaluate_at_each_share_of_it(tm
     assert "budget_compute" not in run_settings(sim, "default", "greso", 0)
 
 
-@pytest.mark.parametrize("key", ["budget_tokens", "eval_every_compute", "cost_profile", "task_options.split"])
+@pytest.mark.parametrize("key", ["budget_tokens", "eval_every_compute", "cost_profile"])
 def test_an_arm_may_not_set_what_makes_the_arms_comparable(key):
     with pytest.raises(planmod.PlanError, match=f"arms.greso: set: '{key}' is the plan's to set"):
         planmod.parse_plan(PLAN.replace("  greso: {planner: greso}", f"  greso: {{planner: greso, set: {{{key}: 1}}}}"))
@@ -377,3 +377,210 @@ def test_the_report_shows_the_other_evaluation_figure_beside_the_primary(tmp_pat
     assert "eval_acc" not in summary["secondary"]
     from rollwise.bench.plan_report import markdown
     assert "| greso | 6 | 0.6000 | 0.600 ± 0.000 | 0.300 → 0.700 ± 0.000 |" in markdown(summary)
+
+
+# ---- plans that lie or hang (issue 45 item 4) ------------------------------------------------------
+
+
+def refused(tmp_path, capsys, text, *args) -> str:
+    """`rollwise bench --plan` on `text` (with args, e.g. --dry-run): exit 2 with one line, nothing in --out."""
+    f = write(tmp_path, text)
+    out = tmp_path / "out"
+    assert main(["bench", "--plan", str(f), "--out", str(out), *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert not out.exists() or not any(out.rglob("*")), "a refused plan wrote into --out"
+    return err
+
+
+@pytest.mark.parametrize("args", [[], ["--dry-run"]])
+def test_a_key_given_twice_is_refused_naming_file_key_and_line(tmp_path, capsys, args):
+    # two arms of one name: safe_load kept the second (the report called greso "dapo")
+    text = PLAN.replace("  greso: {planner: greso}", "  greso: {planner: greso}\n  greso: {planner: dapo}")
+    err = refused(tmp_path, capsys, text, *args)
+    line = text.splitlines().index("  greso: {planner: dapo}") + 1
+    assert f"key 'greso' given twice (line {line}; first on line {line - 1})" in err and "plan.yaml" in err
+    err = refused(tmp_path, capsys, PLAN.replace("data_seed: 0", "data_seed: 0\ndata_seed: 3"), *args)
+    assert "key 'data_seed' given twice" in err
+    err = refused(tmp_path, capsys, PLAN.replace("alpha: 0.05,", "alpha: 0.05, alpha: 0.5,"), *args)
+    assert "key 'alpha' given twice" in err
+
+
+def test_a_config_with_a_key_given_twice_is_refused(tmp_path, capsys):
+    from rollwise.run.config import load_config
+
+    f = tmp_path / "c.yaml"
+    f.write_text("learner:\n  lr: 0.001\n  lr: 0.1\n")
+    with pytest.raises(ValueError, match=r"c.yaml: key 'lr' given twice \(line 3; first on line 2\)"):
+        load_config(f)
+
+
+@pytest.mark.parametrize("old, new, field", [
+    ("compute_units: 4000", "compute_units: .nan", "compute_units"),
+    ("compute_units: 4000", "compute_units: .inf", "compute_units"),
+    ("goal_ratio: 3", "goal_ratio: .nan", "goal_ratio"),
+    ("goal_ratio: 3", "goal_ratio: .inf", "goal_ratio"),
+    ("alpha: 0.05", "alpha: .nan", "alpha"),
+])
+def test_non_finite_plan_numbers_are_refused(tmp_path, capsys, old, new, field):
+    err = refused(tmp_path, capsys, PLAN.replace(old, new), "--dry-run")
+    assert f"field {field!r} must be a finite number" in err
+
+
+@pytest.mark.parametrize("old, new, message", [
+    ("seeds: [0, 1, 2, 3, 4, 5]", "seeds: {start: 0, count: 1000000000}", "seeds.count must be in 1..1000"),
+    ("seeds: [0, 1, 2, 3, 4, 5]", "seeds: {start: 0, count: 0}", "seeds.count must be in 1..1000"),
+    ("seeds: [0, 1, 2, 3, 4, 5]", f"seeds: {list(range(1001))}", "lists 1001 seeds; at most 1000"),
+    ("size: 200", "size: 1000000000", "'size' must be <= 1e+06"),
+    ("evaluations: 3", "evaluations: 100000000", "'evaluations' must be <= 1000"),
+    ("tokens: 6000", "tokens: 10000000000000000", "'tokens' must be <= 1e+12"),
+    ("engine: sim", "engine: sim\npool_size: 100000000000", "'pool_size' must be <= 1e+06"),
+    ("data_seed: 0", "data_seed: -1", "'data_seed' must be in [0, 2**63)"),
+])
+def test_plan_sizes_are_bounded_so_a_dry_run_cannot_hang(tmp_path, capsys, old, new, message):
+    import time
+
+    t0 = time.perf_counter()
+    err = refused(tmp_path, capsys, PLAN.replace(old, new), "--dry-run")
+    assert message in err and time.perf_counter() - t0 < 30
+
+
+@pytest.mark.parametrize("content", [b"", b"\n", b"abc  plan.yaml\n", b"\xff\xfe"])
+def test_an_empty_or_damaged_plan_sha256_is_one_line(tmp_path, capsys, content):
+    f = write(tmp_path, PLAN.replace("seeds: [0, 1, 2, 3, 4, 5]", "seeds: [0, 1]"))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "plan.yaml").write_bytes(f.read_bytes())
+    (out / "plan.sha256").write_bytes(content)
+    for args in ([], ["--dry-run"], ["--report-only"]):
+        assert main(["bench", "--plan", str(f), "--out", str(out), *args]) == 2, args
+        err = capsys.readouterr().err
+        assert "plan.sha256: does not hold a sha256" in err and err.count("\n") == 1, (args, err)
+    assert sorted(q.name for q in out.iterdir() if q.name != ".lock") == ["plan.sha256", "plan.yaml"]
+
+
+@pytest.mark.parametrize("change, message", [
+    (("greso: {planner: greso}", "greso: {planner: greso, set: {learner.lr: 0.1}}"),
+     "arms.greso: set: 'learner.lr' has no meaning in the simulator"),
+    (("greso: {planner: greso}", "greso: {planner: greso, set: {batch_size: 0}}"), "arms.greso: sim: need batch >= 1"),
+    (("engine: sim", "engine: sim\npool_size: 0"), "field 'pool_size' must be >= 1, got 0"),
+])
+@pytest.mark.parametrize("args", [[], ["--dry-run"]])
+def test_a_sim_plans_bad_settings_are_refused_before_anything_is_recorded(tmp_path, capsys, change, message, args):
+    """docs/bench3.md: a plan whose settings cannot run is refused before its record is written (a
+    recorded plan could never run there, nor change); the message is in the plan's words."""
+    err = refused(tmp_path, capsys, PLAN.replace(*change), *args)
+    assert message in err and "--set" not in err and "--pool-size" not in err
+
+
+def test_bench_status_on_a_plan_yaml_that_is_not_utf8_names_the_file(tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "plan.yaml").write_bytes(b"name: \xff\xfe\n")
+    assert main(["bench", "status", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"plan {out / 'plan.yaml'}: not UTF-8 text" in err and err.count("\n") == 1
+
+
+# ---- plans take task options (issue 48 item 2) ------------------------------------------------------
+
+
+def test_a_plan_level_task_options_block_reaches_every_arms_runs(tmp_path):
+    from rollwise.bench.runner import run_settings
+
+    text = PLAN.replace("task: arithmetic", "task: arithmetic\ntask_options: {heldout_size: 400}")
+    p = planmod.parse_plan(text)
+    assert p.options == {"heldout_size": 400}
+    for arm in p.arms:
+        cfg = planmod.arm_config(p, arm, tmp_path)
+        opts = run_settings(cfg, "default", cfg.planners[0], cfg.seed_values[0])["task_options"]
+        assert opts["heldout_size"] == 400 and opts["data_seed"] == 0 and opts["pool_size"] == 300
+    assert planmod.parse_plan(PLAN).options == {}  # no block: the task's defaults, as before
+
+
+@pytest.mark.parametrize("arm_set", ["{task_options.heldout_size: 400}", "{task_options: {heldout_size: 400}}",
+                                     "{task_options.split: test}", "{task: chain}"])
+def test_an_arm_may_not_change_the_task(tmp_path, capsys, arm_set):
+    err = refused(tmp_path, capsys, PLAN.replace("greso: {planner: greso}", f"greso: {{planner: greso, set: {arm_set}}}"))
+    assert "arms.greso: set:" in err and ("may not change the task" in err or "is the plan's to set" in err)
+
+
+@pytest.mark.parametrize("block, message", [
+    ("{data_seed: 3}", "task_options: 'data_seed' is set by the plan's own fields"),
+    ("{zz_unknown: 1}", "zz_unknown"),
+    ("[1, 2]", "field 'task_options' must be dict"),
+])
+def test_a_bad_task_options_block_is_refused_by_the_dry_run_writing_nothing(tmp_path, capsys, block, message):
+    text = PLAN.replace("engine: sim\n", "").replace("task: arithmetic", f"task: arithmetic\ntask_options: {block}")
+    for args in (["--dry-run"], []):
+        assert message in refused(tmp_path, capsys, text, *args)
+
+
+def test_dry_run_builds_a_reasoning_gym_task_and_names_a_misspelled_dataset(tmp_path, capsys):
+    pytest.importorskip("reasoning_gym", reason="the reasoning-gym extra is not installed")
+    text = PLAN.replace("engine: sim\n", "").replace(
+        "task: arithmetic", "task: reasoning-gym\ntask_options: {dataset: gdc, pool_size: 50, validation_size: 10, "
+        "test_size: 10, sft_size: 10}")
+    for args in (["--dry-run"], []):
+        err = refused(tmp_path, capsys, text, *args)
+        assert "reasoning-gym has no dataset 'gdc'; close matches: gcd" in err
+    # spelled right, the dry run passes and still writes nothing
+    f = write(tmp_path, text.replace("dataset: gdc", "dataset: gcd"))
+    assert main(["bench", "--plan", str(f), "--out", str(tmp_path / "out"), "--dry-run"]) == 0
+    assert "core-hours in all" in capsys.readouterr().out and not (tmp_path / "out").exists()
+
+
+# ---- records that change without a word (issue 45 item 5) -------------------------------------------
+
+
+def test_a_run_cut_after_it_finished_is_flagged_by_status_and_refused_by_the_report(tmp_path, capsys):
+    f = write(tmp_path, PLAN.replace("seeds: [0, 1, 2, 3, 4, 5]", "seeds: [0, 1]"))
+    out = tmp_path / "out"
+    assert main(["bench", "--plan", str(f), "--out", str(out)]) == 0
+    run = out / "arms" / "greso" / "runs" / "default" / "greso" / "seed1"
+    done = json.loads((run / "done.json").read_text())
+    lines = (run / "metrics.jsonl").read_text().splitlines(keepends=True)
+    assert done["rows"] == len(lines) > 2 and len(done["metrics_sha256"]) == 64  # recorded when it finished
+    report = (out / "report.md").read_bytes()
+    capsys.readouterr()
+    (run / "metrics.jsonl").write_text(lines[0])  # cut to one row: still "done" by its done.json
+    assert main(["bench", "status", str(out)]) == 1
+    text = capsys.readouterr().out
+    assert f"WARNING: counted done, but its record no longer holds: {run / 'metrics.jsonl'}: changed since the run " \
+           f"finished (1 rows now, {len(lines)} recorded; sha256 differs)" in text
+    for args in (["--report-only"], []):  # a rerun reuses finished runs: it must not report over the cut one
+        assert main(["bench", "--plan", str(f), "--out", str(out), *args]) == 2
+        err = capsys.readouterr().err
+        assert "1 finished run(s) no longer match their record" in err and err.count("\n") == 1
+        assert (out / "report.md").read_bytes() == report  # no new verdict
+    (run / "metrics.jsonl").unlink()
+    assert main(["bench", "--plan", str(f), "--out", str(out), "--report-only"]) == 2
+    assert "missing; the run recorded" in capsys.readouterr().err
+
+
+def test_legacy_runs_without_a_digest_are_reported_and_labelled(tmp_path, capsys):
+    """Records made before done.json held digests (benchmarks/results) still report, with a note."""
+    f = write(tmp_path, PLAN.replace("seeds: [0, 1, 2, 3, 4, 5]", "seeds: [0, 1]"))
+    out = tmp_path / "out"
+    assert main(["bench", "--plan", str(f), "--out", str(out)]) == 0
+    for d in out.rglob("done.json"):
+        rec = json.loads(d.read_text())
+        d.write_text(json.dumps({k: v for k, v in rec.items() if k not in ("rows", "metrics_sha256")}))
+    capsys.readouterr()
+    assert main(["bench", "--plan", str(f), "--out", str(out), "--report-only"]) == 0
+    assert "note: 6 of 6 finished runs predate recorded digests (legacy)" in capsys.readouterr().out
+    assert main(["bench", "status", str(out)]) == 0
+    assert "predate recorded digests (legacy): not checked" in capsys.readouterr().out
+
+
+def test_a_plain_bench_report_only_refuses_a_run_cut_after_it_finished(tmp_path, capsys):
+    out = tmp_path / "b"
+    argv = ["bench", "--engine", "sim", "--planners", "greso", "--seeds", "1", "--budget", "3000",
+            "--eval-size", "50", "--out", str(out)]
+    assert main(argv) == 0
+    m = next(out.rglob("greso/seed0/metrics.jsonl"))
+    m.write_text(m.read_text().splitlines(keepends=True)[0])
+    capsys.readouterr()
+    assert main(argv + ["--report-only"]) == 2
+    err = capsys.readouterr().err
+    assert "bench --report-only: 1 finished run(s) no longer match their record" in err and err.count("\n") == 1

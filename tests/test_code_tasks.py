@@ -113,6 +113,9 @@ def test_hostile_responses_score_zero_and_scoring_goes_on(task, tmp_path, monkey
         "exit 0 early": good + "import os\nos._exit(0)\n",  # skips the tests with status 0
         "sys.exit(0)": good + "import sys\nsys.exit(0)\n",
     }
+    # another process of the sandbox user on the machine (a service, another test): not the sandbox's
+    bystander = subprocess.Popen(["sleep", "120"], user=LIMITS.user, start_new_session=True)
+    launched = _record_sandbox_sessions(monkeypatch)
     scorer = Scorer(task.verify)
     g = Group(Prompt(0, "Write add(a, b).", TESTS), [rollout(t) for t in [good, *hostile.values(), good]])
     t0 = time.monotonic()
@@ -126,9 +129,61 @@ def test_hostile_responses_score_zero_and_scoring_goes_on(task, tmp_path, monkey
     with pytest.raises(socket.timeout):
         server.accept()  # nothing reached the trainer's socket
     server.close()
-    # nothing of the sandbox user outlives its programs (the fork bomb's children included)
-    left = subprocess.run(["ps", "-u", LIMITS.user, "-o", "pid="], capture_output=True, text=True).stdout.split()
-    assert left == []
+    # nothing the sandbox started outlives its programs (the fork bomb's children included); other
+    # processes of the sandbox user on this machine are not the test's business
+    assert len(launched) == len(g.rollouts)
+    try:
+        assert _processes_of_sessions(launched) == []
+        assert _processes_of_sessions([bystander.pid])  # the check sees a live session's processes
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def _record_sandbox_sessions(monkeypatch) -> list[int]:
+    """The pids of the sandbox launchers started from now on: each starts a new session (and its programs,
+    in their own PID namespace, stay in it), so a process in one of these sessions is the sandbox's."""
+    from rollwise.tasks import sandbox
+
+    launched: list[int] = []
+    real = subprocess.Popen
+
+    class Recording(real):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            if kw.get("start_new_session"):
+                launched.append(self.pid)
+
+    monkeypatch.setattr(sandbox.subprocess, "Popen", Recording)
+    return launched
+
+
+def _processes_of_sessions(sessions: list[int]) -> list[str]:
+    """Live processes whose session or process group is one of `sessions`, or whose parent chain reaches
+    one (read from /proc/PID/stat: pid (comm) state ppid pgrp session ...)."""
+    stats = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+            except OSError:  # ended meanwhile
+                continue
+            fields = stat[stat.rindex(")") + 2:].split()
+            if fields[0] != "Z":  # a zombie is dead already, waiting for its parent to read its status
+                stats[int(d.name)] = (int(fields[1]), int(fields[2]), int(fields[3]), stat)
+    ours = set(sessions)
+
+    def descends(pid: int) -> bool:
+        seen = set()
+        while pid in stats and pid not in seen:
+            seen.add(pid)
+            ppid, pgrp, sid, _ = stats[pid]
+            if pid in ours or pgrp in ours or sid in ours:
+                return True
+            pid = ppid
+        return False
+
+    return [stats[p][3] for p in stats if descends(p)]
 
 
 def test_sandbox_outcomes_name_why():

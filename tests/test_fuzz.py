@@ -323,6 +323,48 @@ def test_a_plan_naming_foreign_code_is_refused(field):
     check()
 
 
+def _range_cases():
+    """(kind, component, option, hint, where, test) for every `*_options` range (run/config.py
+    OPTION_RANGES) and every registered component that takes that option."""
+    from rollwise.run.config import OPTION_RANGES
+
+    kinds = {"engine_options": "engine", "task_options": "task", "reward_shaping_options": "shaping"}
+    cases = []
+    for key, (test, _) in OPTION_RANGES.items():
+        where, opt = key.rsplit(".", 1)
+        cases += [(k, n, o, h, where, test) for k, n, o, h in OPTION_CASES if k == kinds[where] and o == opt]
+    return cases
+
+
+RANGE_CASES = _range_cases()
+
+
+def test_every_option_range_applies_to_some_component():
+    from rollwise.run.config import OPTION_RANGES
+
+    assert {f"{w}.{o}" for _, _, o, _, w, _ in RANGE_CASES} == set(OPTION_RANGES)
+
+
+@pytest.mark.parametrize("kind,name,option,hint,where,test", RANGE_CASES,
+                         ids=[f"{k}-{n}-{o}" for k, n, o, *_ in RANGE_CASES])
+def test_every_option_refuses_values_outside_its_range(kind, name, option, hint, where, test):
+    values = st.one_of(st.integers(-10 ** 6, 10 ** 12), st.floats(allow_nan=False, allow_infinity=True),
+                       st.sampled_from([0, -1, 0.0, 1e308])).filter(lambda v: type_ok(v, hint) and not test(v))
+
+    @settings(FUZZ, max_examples=3)
+    @given(values)
+    def check(value):
+        with tempfile.TemporaryDirectory() as tmp:
+            tmp = Path(tmp)
+            (tmp / "c.yaml").write_text(yaml.safe_dump({**BASE, **PLACES[kind](name, {option: value})}))
+            code, err = run_cli(["train", "--config", tmp / "c.yaml", "--out", tmp / "run"], tmp)
+            assert_refused(code, err, f"{name}: {option}={value!r}")
+            assert f"{where}.{option} must be" in err, err  # refused by its range, not by something else
+            assert files_under(tmp / "run") == []
+
+    check()
+
+
 # ---- malformed plan files (rollwise bench --plan) -------------------------------------------------
 
 EXAMPLE_PLAN = yaml.safe_load((Path(__file__).parents[1] / "benchmarks/plans/example_task1.yaml").read_text())
@@ -343,7 +385,7 @@ def _set_path(doc, path, value):
     doc = json.loads(json.dumps(doc))
     node = doc
     for k in path[:-1]:
-        node = node[k]
+        node = node.setdefault(k, {})  # an optional block the example leaves out (task_options)
     if value is _DELETE:
         del node[path[-1]]
     else:
@@ -392,6 +434,72 @@ def test_a_malformed_plan_is_one_line_and_writes_nothing(path, value):
         not _same_kind(old, value) and path[0] != "notes"
     if deleted_required or scalar_retyped:
         assert code != 0, f"plan {path}={value!r} accepted"
+
+
+def _key_line_twice(doc: dict, path: tuple) -> str:
+    """The plan as YAML with the line of the key at `path` written twice (for a mapping, its `key:` header:
+    the first copy is then an empty value, the second holds the mapping)."""
+    lines = yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=10 ** 6).splitlines()
+    at: list = []
+    for i, line in enumerate(lines):
+        if line.lstrip().startswith("- ") or not line.strip():
+            continue
+        depth = (len(line) - len(line.lstrip())) // 2
+        at = at[:depth] + [yaml.safe_load(line.strip().split(":")[0])]
+        if tuple(at) == tuple(path):
+            return "\n".join(lines[:i + 1] + [line] + lines[i + 1:]) + "\n"
+    raise AssertionError(f"no line for {path}")
+
+
+@settings(FUZZ, max_examples=12)
+@given(st.sampled_from(PLAN_PATHS))
+def test_a_plan_with_a_key_given_twice_is_refused_naming_the_key(path):
+    """A key given twice anywhere in a plan (two arms of one name, a budget field twice): yaml.safe_load
+    would keep the last without a word."""
+    code, err = run_plan(_key_line_twice(EXAMPLE_PLAN, path), f"plan key {'.'.join(map(str, path))} twice")
+    assert code != 0 and f"key {path[-1]!r} given twice" in err, err
+
+
+def _numeric_paths(node, prefix=()):
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _numeric_paths(v, prefix + (k,))
+    elif isinstance(node, (int, float)) and not isinstance(node, bool):
+        yield prefix
+
+
+# every number of the example plan, and the optional numeric fields it leaves out
+PLAN_NUMBERS = list(_numeric_paths(EXAMPLE_PLAN)) + [("pool_size",), ("evaluation", "k"), ("evaluation", "samples"),
+                                                     ("task_options", "pool_size")]
+
+
+@pytest.mark.parametrize("path", PLAN_NUMBERS, ids=[".".join(p) for p in PLAN_NUMBERS])
+def test_a_non_finite_number_anywhere_in_a_plan_is_refused(path):
+    @settings(FUZZ, max_examples=2)
+    @given(st.sampled_from([math.nan, math.inf, -math.inf]))
+    def check(value):
+        code, _ = run_plan(yaml.safe_dump(_set_path(EXAMPLE_PLAN, path, value)), f"plan {'.'.join(path)}={value}")
+        assert code != 0, f"plan {'.'.join(path)}={value} accepted"
+
+    check()
+
+
+def _plan_bounds():
+    from rollwise.bench.plan import MAX_SEEDS, MAX_SIZE
+
+    paths = {"pool_size": ("pool_size",), "budget.compute_units": ("budget", "compute_units")}
+    cases = [(paths.get(k, tuple(k.split("."))), v) for k, v in MAX_SIZE.items()]
+    return cases + [(("seeds", "count"), MAX_SEEDS)]
+
+
+@pytest.mark.parametrize("path,bound", _plan_bounds(), ids=[".".join(p) for p, _ in _plan_bounds()])
+def test_a_plan_size_past_its_bound_is_refused_at_once(path, bound):
+    """No size makes `--dry-run` enumerate or build without end: past its bound, one line at once."""
+    import time
+
+    t0 = time.perf_counter()
+    code, err = run_plan(yaml.safe_dump(_set_path(EXAMPLE_PLAN, path, int(bound) * 10 + 1)), f"plan {path} huge")
+    assert code != 0 and path[-1] in err and time.perf_counter() - t0 < 30, err
 
 
 @settings(FUZZ, max_examples=10)

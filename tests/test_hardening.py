@@ -2,6 +2,8 @@
 docs/robustness.md keeps the table (the rows marked "issue 30")."""
 import json
 
+import sys
+
 import pytest
 import torch
 
@@ -223,12 +225,12 @@ def test_disk_full_while_saving_a_checkpoint_is_one_line_and_keeps_the_last(tmp_
     (["engine=vllm"], "engine 'vllm': --engine vllm needs vLLM"),
 ])
 def test_bad_settings_are_one_line_before_any_work(tmp_path, capsys, monkeypatch, sets, msg):
-    import importlib.util
-
     from rollwise.run import loop
 
-    real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
+    # vLLM absent, wherever this runs: patching find_spec alone is not enough in the vLLM environment
+    # (.venv-vllm), where the engine's check then imports the installed vllm and passes; a None entry in
+    # sys.modules makes find_spec answer None and `import vllm` raise ImportError, as without the package
+    monkeypatch.setitem(sys.modules, "vllm", None)
     monkeypatch.setattr(loop, "load_policy", lambda path: pytest.fail("a model was loaded"))
     args = ["train", "--out", tmp_path / "run"]
     for s in sets:
@@ -295,6 +297,14 @@ def test_trainer_logs_the_dropped_heldout_prompts(tmp_path, small_policy):
     (["train", "--planner", "greso+greso"], "planner 'greso+greso': greso named more than once"),
     (["sim", "--steps", "1", "--prompts", "50", "--batch", "4", "--quiet", "--set", "dynamics.eta_global=nan"],
      "dynamics.eta_global must be a finite number, got nan"),
+    # issue 45 item 6: silent or raw on settings
+    (["train", "--set", "engine_options.max_rows=0"], "engine_options.max_rows must be >= 1"),
+    (["train", "--set", "engine_options.max_rows=-2"], "engine_options.max_rows must be >= 1"),
+    (["train", "--set", "task_options.pool_size.x=1"], "task_options.pool_size must be an integer, got {'x': 1}"),
+    (["train", "--set", "reward_timeout_s=1e308"], "reward_timeout_s must be a number in (0, 86400]"),
+    (["sim", "--steps", "1", "--prompts", "100000000000", "--quiet"], "sim: need 1 <= prompts <= 1e+08"),
+    (["sim", "--steps", "1", "--prompts", "50", "--batch", "100000000", "--n", "16", "--quiet"],
+     "batch x n <= 1e+08"),
 ])
 def test_smaller_probes_are_one_line_at_once(tmp_path, capsys, args, msg):
     import time
@@ -420,3 +430,12 @@ def test_train_and_eval_print_progress_lines_when_stdout_is_not_a_terminal(tmp_p
     monkeypatch.setenv("ROLLWISE_PROGRESS_EVERY", "soon")
     code, err = cli(capsys, "train", "--out", tmp_path / "bad", "--steps", "1")
     assert code == 2 and "ROLLWISE_PROGRESS_EVERY must be a number of seconds, got 'soon'" in err
+
+
+def test_reasoning_gym_verify_timeout_of_zero_is_refused_at_load():
+    pytest.importorskip("reasoning_gym", reason="the reasoning-gym extra is not installed")
+    from rollwise.run.config import load_config
+
+    for value in (0, -1, 1e308):
+        with pytest.raises(ValueError, match=r"task_options.verify_timeout_s must be a number in \(0, 86400\]"):
+            load_config(None, {"task": "reasoning-gym", "task_options": {"dataset": "gcd", "verify_timeout_s": value}})

@@ -88,6 +88,11 @@ def cmd_bench(args) -> int:
         cfg.planners = ["uniform"] + cfg.planners
     if not args.report_only:
         run_all(cfg)
+    from .runner import check_finished_runs, run_dir, seed_list
+
+    for note in check_finished_runs([run_dir(cfg, m, p, s) for m in cfg.mixes for p in cfg.planners
+                                     for s in seed_list(cfg)], f"bench {'--report-only' if args.report_only else ''}".strip()):
+        print(note)
     argv = [a for a in getattr(args, "argv", sys.argv[1:]) if a != "--report-only"]  # the command that made the runs
     command = "rollwise " + " ".join(shlex.quote(a) for a in argv) if argv[:1] == ["bench"] else "rollwise bench"
     summary = write_report(cfg, command, args.target)
@@ -105,7 +110,7 @@ def cmd_plan(args) -> int:
     """`rollwise bench --plan PLAN.yaml`: record the plan, run its arms, write its report."""
     from pathlib import Path
 
-    from .plan import load_plan, record_plan, run_plan, sha256
+    from .plan import check_plan, load_plan, record_plan, recorded_digest, run_plan, sha256
     from .plan_cost import estimate, format_estimate
     from .plan_report import refuse_empty_report, write_plan_report
 
@@ -118,18 +123,23 @@ def cmd_plan(args) -> int:
     plan, raw = load_plan(args.plan)
     out = Path(args.out or f"bench-{plan.name}")
     if args.dry_run:
+        check_plan(plan, args.plan)  # the task built and every arm's settings checked: what a real run does first
         print(format_estimate(plan, estimate(plan, out), "dry run (nothing runs)"))
-        have = out / "plan.sha256"
-        if have.exists() and have.read_text().split()[0] != sha256(raw):
-            print(f"note: {out} holds another plan (sha256 {have.read_text()[:12]}); running this one there is refused")
+        old = recorded_digest(out)
+        if old is not None and old != sha256(raw):
+            print(f"note: {out} holds another plan (sha256 {old[:12]}); running this one there is refused")
         return 0
     if args.report_only:
-        if not (out / "plan.sha256").exists():
+        if recorded_digest(out) is None:
             raise ValueError(f"bench --plan --report-only: {out} holds no recorded plan")
         record_plan(plan, raw, Path(args.plan), out)  # refuses a plan that changed since
         refuse_empty_report(plan, out)
     else:
         run_plan(plan, raw, Path(args.plan), out, jobs=args.jobs or 2)
+    from .runner import check_finished_runs
+
+    for note in check_finished_runs(plan_run_dirs(plan, out), f"bench --plan{' --report-only' * args.report_only}"):
+        print(note)
     summary = write_plan_report(plan, out)
     for arm, d in summary["arms"].items():
         if d.get("seeds_paired"):
@@ -140,12 +150,23 @@ def cmd_plan(args) -> int:
     return 0
 
 
+def plan_run_dirs(plan, out) -> list:
+    """Every run directory of a planned bench, arm by arm, seed by seed."""
+    from .plan import arm_config
+    from .runner import run_dir
+
+    return [run_dir(cfg, "default", plan.arms[arm].planner, s)
+            for arm in plan.arms for cfg in [arm_config(plan, arm, out)] for s in plan.run_seeds(arm)]
+
+
 def cmd_status(directory: str) -> int:
-    """`rollwise bench status DIR`: a planned bench's runs done and left, core-hours spent and left."""
+    """`rollwise bench status DIR`: a planned bench's runs done and left, core-hours spent and left; a
+    finished run whose metrics changed since it finished is flagged, and the exit status is 1."""
     from pathlib import Path
 
     from .plan import recorded_plan
     from .plan_cost import estimate, format_estimate
+    from .runner import is_legacy_run, run_record_problem
 
     out = Path(directory)
     plan = recorded_plan(out)
@@ -154,4 +175,14 @@ def cmd_status(directory: str) -> int:
     if (out / "runs.tar.xz").exists() and not any((out / "arms").rglob("done.json")):
         print(f"note: the runs of {out} are packed in runs.tar.xz, so none is counted above; "
               f"`python benchmarks/archive.py unpack {out.name}` puts them back")
+    done = [d for d in plan_run_dirs(plan, out) if (d / "done.json").exists()]
+    bad = [p for p in map(run_record_problem, done) if p]
+    for p in bad:
+        print(f"WARNING: counted done, but its record no longer holds: {p}")
+    legacy = sum(map(is_legacy_run, done))
+    if legacy:
+        print(f"note: {legacy} of {len(done)} finished runs predate recorded digests (legacy): not checked")
+    if bad:
+        print(f"WARNING: {len(bad)} finished run(s) changed since they finished; a report over them is refused")
+        return 1
     return 0

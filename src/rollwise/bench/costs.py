@@ -66,11 +66,16 @@ def load_profile(spec: str) -> CostProfile:
 
 
 def yaml_mapping(text: str, where: str, expected: str, error: type[ValueError] = ValueError) -> dict:
-    """A YAML document that must be a mapping (yaml.safe_load: no code runs); else a one-line `error`."""
+    """A YAML document that must be a mapping (core/yamlsafe.py: no code runs, no key given twice); else a
+    one-line `error`."""
     import yaml
 
-    try:  # libyaml's safe loader where present: the same documents, ~20x faster (every run reads a profile)
-        doc = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    from ..core import yamlsafe
+
+    try:
+        doc = yamlsafe.load(text)
+    except yamlsafe.DuplicateKey as e:
+        raise error(f"{where}: {e}") from None
     except yaml.YAMLError as e:
         raise error(f"{where}: not valid YAML ({' '.join(str(e).split())})") from None
     if not isinstance(doc, dict):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import subprocess
 from dataclasses import dataclass, field
@@ -31,10 +32,16 @@ KIND_SPLIT = {"exploratory": "validation", "confirmatory": "test"}  # tuning rea
 # run settings an arm may not override: they are what makes the arms comparable
 PLAN_KEYS = ("planner", "seed", "task", "steps", "budget_tokens", "budget_compute", "cost_profile", "eval_every",
              "eval_every_tokens", "eval_every_compute", "eval_size", "eval_k", "eval_samples")
-TOP_FIELDS = {"name", "kind", "task", "data_seed", "baseline", "arms", "seeds", "budget", "evaluation", "family",
+TOP_FIELDS = {"name", "kind", "task", "task_options", "data_seed", "baseline", "arms", "seeds", "budget", "evaluation", "family",
               "decision", "chosen_from", "engine", "sim_profile", "pool_size", "notes"}
 REQUIRED = ("name", "kind", "task", "data_seed", "baseline", "arms", "seeds", "budget", "evaluation", "family",
             "decision")
+# Upper bounds on a plan's sizes, far above any real plan: a typo (count: 1000000000) is refused up front
+# instead of making `--dry-run` enumerate a billion runs or build a task of a billion prompts.
+MAX_SEEDS = 1000
+MAX_SIZE = {"pool_size": 1_000_000, "evaluation.size": 1_000_000, "evaluation.evaluations": 1000,
+            "evaluation.k": 1024, "evaluation.samples": 1024, "budget.tokens": 10 ** 12,
+            "budget.compute_units": 1e15}
 
 
 class PlanError(ValueError):
@@ -77,6 +84,7 @@ class Plan:
     engine: str = "torch"
     sim_profile: str = "tiny"
     pool_size: int = 300
+    options: dict = field(default_factory=dict)  # the plan's `task_options` block: the task of every arm
 
     def metric(self) -> str:
         """The metrics-row field the primary figure reads (run/evaluate.py writes them)."""
@@ -106,6 +114,15 @@ def _need(doc: dict, key: str, typ, where: str, default=None, required: bool = T
     if isinstance(v, bool) and bool not in types or not isinstance(v, types):
         names = " or ".join(t.__name__ for t in types)
         raise PlanError(f"{where}: field {key!r} must be {names}, got {v!r}")
+    if isinstance(v, float) and not math.isfinite(v):  # `.nan`/`.inf`: no plan figure means anything by them
+        raise PlanError(f"{where}: field {key!r} must be a finite number, got {v!r}")
+    return v
+
+
+def _bounded(v, name: str, where: str):
+    """v, or one line if it passes the plan's bound on `name` (MAX_SIZE)."""
+    if v > MAX_SIZE[name]:
+        raise PlanError(f"{where}: field {name.split('.')[-1]!r} must be <= {MAX_SIZE[name]:g}, got {v!r}")
     return v
 
 
@@ -125,11 +142,17 @@ def _seeds(v, where: str) -> list[int]:
     if isinstance(v, dict):
         start = _need(v, "start", int, f"{where}.seeds")
         count = _need(v, "count", int, f"{where}.seeds")
+        if not 1 <= count <= MAX_SEEDS:  # checked before the list is made: a count of 10^9 would hang here
+            raise PlanError(f"{where}: seeds.count must be in 1..{MAX_SEEDS}, got {count}")
         seeds = list(range(start, start + count))
     elif isinstance(v, list) and all(isinstance(s, int) and not isinstance(s, bool) for s in v):
         seeds = list(v)
+        if len(seeds) > MAX_SEEDS:
+            raise PlanError(f"{where}: field 'seeds' lists {len(seeds)} seeds; at most {MAX_SEEDS}")
     else:
         raise PlanError(f"{where}: field 'seeds' must be a list of integers or {{start, count}}, got {v!r}")
+    if seeds and max(seeds) >= 2 ** 62:  # a run seed is < 2**63 (run/config.py), offsets included
+        raise PlanError(f"{where}: field 'seeds' must be < 2**62, got {max(seeds)}")
     if not seeds or min(seeds) < 0 or len(set(seeds)) != len(seeds):
         raise PlanError(f"{where}: field 'seeds' must be distinct integers >= 0, at least one")
     return seeds
@@ -160,7 +183,16 @@ def parse_plan(text: str, where: str = "plan") -> Plan:
         registry.get("task", task)
     except ValueError as e:
         raise PlanError(f"{where}: task: {e}") from None
+    options = _need(doc, "task_options", dict, where, {}, required=False)
+    if any(not isinstance(k, str) for k in options):
+        raise PlanError(f"{where}: task_options: keys must be option names (strings), got {options!r}")
+    for key in ("data_seed", "split"):
+        if key in options:
+            raise PlanError(f"{where}: task_options: {key!r} is set by the plan's own fields (data_seed, "
+                            "evaluation.split), not in task_options")
     data_seed = _need(doc, "data_seed", int, where)
+    if not 0 <= data_seed < 2 ** 63:
+        raise PlanError(f"{where}: field 'data_seed' must be in [0, 2**63), got {data_seed}")
     arms_doc = _need(doc, "arms", dict, where)
     if len(arms_doc) < 2:
         raise PlanError(f"{where}: field 'arms' needs the baseline and at least one other arm")
@@ -184,12 +216,15 @@ def parse_plan(text: str, where: str = "plan") -> Plan:
         except ValueError as e:
             raise PlanError(str(e)) from None
         for key in settings:
-            if key in PLAN_KEYS or key in ("task_options.data_seed", "task_options.split") or (
-                    key == "task_options" and isinstance(settings[key], dict)
-                    and {"data_seed", "split"} & set(settings[key])):
+            if key in PLAN_KEYS:
                 raise PlanError(f"{aw}: set: {key!r} is the plan's to set (its budget, evaluation, seeds, task "
                                 "and data split are the same for every arm)")
+            if key == "task_options" or key.startswith("task_options."):  # the task is the plan's, not an arm's
+                raise PlanError(f"{aw}: set: {key!r}: an arm may not change the task; task options go in the "
+                                "plan's top-level `task_options` block, the same for every arm")
         offset = _need(a, "seed_offset", int, aw, 0, required=False)
+        if abs(offset) >= 2 ** 62:
+            raise PlanError(f"{aw}: seed_offset must be within ±2**62, got {offset}")
         also = _need(a, "also_against", list, aw, [], required=False)
         arms[arm_name] = Arm(arm_name, planner, dict(settings), offset, tuple(also))
     baseline = _need(doc, "baseline", str, where)
@@ -219,6 +254,8 @@ def parse_plan(text: str, where: str = "plan") -> Plan:
     profile = _need(budget, "profile", str, bw)
     if compute <= 0 or tokens <= 0:
         raise PlanError(f"{bw}: compute_units and tokens must be > 0")
+    _bounded(compute, "budget.compute_units", bw)
+    _bounded(tokens, "budget.tokens", bw)
     from .costs import load_profile
 
     try:
@@ -243,6 +280,8 @@ def parse_plan(text: str, where: str = "plan") -> Plan:
     samples = _need(ev, "samples", int, ew, 0, required=False)
     if eval_size < 1 or evaluations < 1 or k < 0 or samples < 0:
         raise PlanError(f"{ew}: size and evaluations must be >= 1, k and samples >= 0")
+    for field_name, v in (("size", eval_size), ("evaluations", evaluations), ("k", k), ("samples", samples)):
+        _bounded(v, f"evaluation.{field_name}", ew)
     if primary == "pass@k" and k < 1:
         raise PlanError(f"{ew}: primary pass@k needs k >= 1")
     if primary == "sampled" and max(k, samples) < 1:
@@ -284,10 +323,13 @@ def parse_plan(text: str, where: str = "plan") -> Plan:
         registry.get("engine", engine)
     except ValueError as e:
         raise PlanError(f"{where}: engine: {e}") from None
+    pool_size = _need(doc, "pool_size", int, where, 300, required=False)
+    if pool_size < 1:
+        raise PlanError(f"{where}: field 'pool_size' must be >= 1, got {pool_size}")
+    _bounded(pool_size, "pool_size", where)
     return Plan(name, kind, task, data_seed, baseline, arms, seeds, float(compute), profile, tokens, split,
                 eval_size, evaluations, k, samples, primary, list(family), float(alpha), float(goal), chosen_from,
-                engine, _need(doc, "sim_profile", str, where, "tiny", required=False),
-                _need(doc, "pool_size", int, where, 300, required=False))
+                engine, _need(doc, "sim_profile", str, where, "tiny", required=False), pool_size, dict(options))
 
 
 def load_plan(path: str | Path) -> tuple[Plan, bytes]:
@@ -308,15 +350,15 @@ def load_plan(path: str | Path) -> tuple[Plan, bytes]:
 
 
 def task_options(plan: Plan) -> dict:
-    """The task options a plan adds to every run: `data_seed` and `split`, where the task takes them.
-    A task without data splits yet runs its one held-out set; that is allowed only at data_seed 0 and
-    stated in the record (data_split_note)."""
+    """The task options a plan adds to every run: its `task_options` block, and `data_seed` and `split`
+    where the task takes them. A task without data splits yet runs its one held-out set; that is allowed
+    only at data_seed 0 and stated in the record (data_split_note)."""
     import inspect
 
     from ..core import registry
 
     params = inspect.signature(registry.get("task", plan.task).obj).parameters
-    out = {}
+    out = dict(plan.options)
     if "data_seed" in params:
         out["data_seed"] = plan.data_seed
     elif plan.data_seed != 0:
@@ -382,13 +424,75 @@ def git_state(path: Path) -> dict:
     return {"commit": head.stdout.strip(), "plan_committed": bool(clean)}
 
 
+def recorded_digest(out: Path) -> str | None:
+    """The sha256 recorded in `out/plan.sha256` (None if there is none); a file that does not hold one
+    (empty, cut short, edited) is one line naming it: the directory's plan can no longer be checked."""
+    have = Path(out) / "plan.sha256"
+    if not have.exists():
+        return None
+    try:
+        words = have.read_bytes().decode("ascii").split()
+    except (OSError, UnicodeDecodeError):
+        words = []
+    if not words or not re.fullmatch(r"[0-9a-f]{64}", words[0]):
+        raise PlanError(f"{have}: does not hold a sha256 (empty or damaged); the plan recorded in {out} cannot "
+                        "be checked: restore the file, or start the plan in a new --out")
+    return words[0]
+
+
+def check_plan(plan: Plan, plan_path: Path | str) -> dict[str, BenchConfig]:
+    """Every arm's bench, built and checked as its runs will be, before anything is written: the task
+    built with the plan's task options (a misspelled dataset fails here), each arm's settings loaded as
+    a run's config (torch engines) or as the simulator's (sim). One PlanError line naming the arm."""
+    from ..core import registry
+
+    from .runner import pool_options
+
+    configs = {a: arm_config(plan, a, Path("."), 2) for a in plan.arms}  # bad task options fail here
+    first = next(iter(configs.values()))
+    try:  # built as a run builds it: the pool's options under the plan's
+        registry.get("task", plan.task).obj(**{**pool_options(first, "default"), **first.task_options})
+    except (ValueError, TypeError, KeyError) as e:
+        raise PlanError(f"plan {plan_path}: task {plan.task!r} with task_options {plan.options!r}: "
+                        f"{' '.join(str(e).split())}") from None
+    for arm, cfg in configs.items():
+        try:
+            if plan.engine == "sim":
+                _check_sim_arm(cfg)
+            else:  # a plan recorded with bad settings could never run, nor change
+                from ..run.config import load_config
+                from .runner import run_settings
+
+                load_config(None, run_settings(cfg, "default", cfg.planners[0], cfg.seed_values[0]))
+        except (ValueError, TypeError) as e:
+            raise PlanError(f"plan {plan_path}: arms.{arm}: {' '.join(str(e).split())}") from None
+    return configs
+
+
+def _check_sim_arm(cfg: BenchConfig) -> None:
+    """The simulator's run of one arm, built (not run): its `set` keys are ones the simulator reads and
+    their values build a simulator, in the plan's words (no `--set`/`--pool-size` the user never gave)."""
+    from ..sim.bench import _ALLOWED_EXTRA, sim_config
+    from ..sim.runner import Simulator, unsupported_reason
+
+    bad = sorted(set(cfg.extra) - _ALLOWED_EXTRA - {"eval_k", "eval_samples"})
+    if bad:
+        raise ValueError(f"set: {bad[0]!r} has no meaning in the simulator (engine: sim reads "
+                         f"{', '.join(sorted(_ALLOWED_EXTRA))})")
+    popts = cfg.extra.get("planner_options", {})
+    if unsupported_reason(cfg.planners[0], popts):  # reported as skipped when it runs, not an error
+        return
+    Simulator(sim_config(cfg.planners[0], cfg.seed_values[0], cfg.pool_size, cfg.extra.get("batch_size", 32),
+                         cfg.extra.get("n", 8), cfg.sim_profile, cfg.extra.get("sim"), popts))
+
+
 def record_plan(plan: Plan, raw: bytes, plan_path: Path, out: Path) -> None:
     """Write the plan into `out` before the first run, or check that `out` holds this very plan. A
     changed plan is refused; a confirmatory plan must be committed to git unchanged first."""
     digest = sha256(raw)
     have = out / "plan.sha256"
-    if have.exists():
-        old = have.read_text().split()[0]
+    old = recorded_digest(out)
+    if old is not None:
         if old != digest:
             raise PlanError(f"{out} holds plan {_recorded_name(out)} with sha256 {old[:12]}; this plan's is "
                             f"{digest[:12]}: a changed plan is a new plan (use another --out)")
@@ -411,7 +515,7 @@ def record_plan(plan: Plan, raw: bytes, plan_path: Path, out: Path) -> None:
 
 def _recorded_name(out: Path) -> str:
     try:
-        return repr(parse_plan((out / "plan.yaml").read_text()).name)
+        return repr(recorded_plan(out).name)
     except (OSError, ValueError):
         return "(unreadable)"
 
@@ -421,7 +525,7 @@ def recorded_plan(out: Path) -> Plan:
     f = Path(out) / "plan.yaml"
     if not f.exists():
         raise PlanError(f"{out}: no plan.yaml here (not a bench made with --plan)")
-    return parse_plan(f.read_text(), f"plan {f}")
+    return load_plan(f)[0]
 
 
 def run_plan(plan: Plan, raw: bytes, plan_path: Path, out: Path, jobs: int = 2, log=print) -> None:
@@ -429,16 +533,8 @@ def run_plan(plan: Plan, raw: bytes, plan_path: Path, out: Path, jobs: int = 2, 
     from ..run.rundir import OutLock
     from .runner import run_benches
 
-    configs = {a: arm_config(plan, a, out, jobs) for a in plan.arms}  # bad task options fail before anything
-    if plan.engine != "sim":  # and bad settings: a plan recorded with them could never run, nor change
-        from ..run.config import load_config
-        from .runner import run_settings
-
-        for arm, cfg in configs.items():
-            try:
-                load_config(None, run_settings(cfg, "default", cfg.planners[0], cfg.seed_values[0]))
-            except ValueError as e:
-                raise PlanError(f"plan {plan_path}: arms.{arm}: {e}") from None
+    check_plan(plan, plan_path)  # bad task options or arm settings fail before anything is written
+    configs = {a: arm_config(plan, a, out, jobs) for a in plan.arms}
     out.mkdir(parents=True, exist_ok=True)
     with OutLock(out, "bench --plan --out"):
         record_plan(plan, raw, plan_path, out)

@@ -309,6 +309,58 @@ def finished_cpu_seconds(proc: subprocess.Popen) -> float | None:
     return float(usage.ru_utime + usage.ru_stime)
 
 
+def metrics_record(d: Path) -> dict:
+    """What done.json records of a finished run's metrics.jsonl: its complete rows and the sha256 of its
+    bytes, so a file cut or edited afterwards is caught before a status or a report reads it."""
+    import hashlib
+
+    path = Path(d) / "metrics.jsonl"
+    digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else None
+    return {"rows": len(read_rows(d)[0]), "metrics_sha256": digest}
+
+
+def run_record_problem(d: Path) -> str | None:
+    """Why a finished run's metrics no longer are what it recorded at its end (None: they are, or the run
+    is legacy: finished before done.json held a digest, see is_legacy_run). Read by `bench status` and
+    every report of finished runs."""
+    try:
+        done = json.loads((Path(d) / "done.json").read_text())
+    except (OSError, ValueError) as e:
+        return f"{Path(d) / 'done.json'}: unreadable ({e})"
+    if not isinstance(done, dict) or "metrics_sha256" not in done:
+        return None
+    path = Path(d) / "metrics.jsonl"
+    if not path.exists():
+        return f"{path}: missing; the run recorded {done.get('rows')} rows when it finished"
+    have = metrics_record(d)
+    if have["metrics_sha256"] != done["metrics_sha256"]:
+        return (f"{path}: changed since the run finished ({have['rows']} rows now, {done.get('rows')} recorded; "
+                "sha256 differs)")
+    return None
+
+
+def is_legacy_run(d: Path) -> bool:
+    """A finished run whose done.json predates digests: reportable, but its completeness is unchecked."""
+    try:
+        done = json.loads((Path(d) / "done.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(done, dict) and "metrics_sha256" not in done
+
+
+def check_finished_runs(dirs: list[Path], what: str) -> list[str]:
+    """Refuse (ValueError, one line) when a finished run's metrics changed since it finished; else the note
+    lines to print (legacy runs counted and named as such)."""
+    done = [Path(d) for d in dirs if (Path(d) / "done.json").exists()]
+    bad = [p for p in map(run_record_problem, done) if p]
+    if bad:
+        raise ValueError(f"{what}: {len(bad)} finished run(s) no longer match their record, first {bad[0]}; "
+                         "nothing was written (rerun them: remove their done.json, or restore the file)")
+    legacy = sum(is_legacy_run(d) for d in done)
+    return [f"note: {legacy} of {len(done)} finished runs predate recorded digests (legacy): their metrics are "
+            "reported unchecked"] if legacy else []
+
+
 def add_partial_cpu(d: Path, cpu: float) -> None:
     """Keep the CPU seconds of a stopped part of a run (cpu_partial.json), for its done.json to add up."""
     f = d / "cpu_partial.json"
@@ -355,7 +407,7 @@ def _run_processes(queue: list, jobs: int, running: list, env: dict, log) -> Non
                 partial = d / "cpu_partial.json"  # stopped parts before this one (a resumed run)
                 cpu += json.loads(partial.read_text())["cpu_seconds"] if partial.exists() else 0.0
                 (d / "done.json").write_text(json.dumps({"seconds": time.perf_counter() - t0, "cpu_seconds": cpu,
-                                                         "warnings": warnings}))
+                                                         "warnings": warnings, **metrics_record(d)}))
                 log(f"bench: done {name} in {time.perf_counter() - t0:.0f}s")
             else:
                 failures.append(d)

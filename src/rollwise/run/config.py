@@ -16,6 +16,7 @@ from pathlib import Path
 
 import yaml
 
+from ..core import yamlsafe
 from ..core.settings import setting
 from ..learn.learner import LearnerConfig
 from ..policy.warmstart import WarmStartConfig
@@ -134,7 +135,9 @@ def load_config(path: str | Path | None = None, overrides: dict | None = None) -
     if path:
         text = Path(path).read_text()
         try:
-            data = yaml.safe_load(text) or {}
+            data = yamlsafe.load(text) or {}
+        except yamlsafe.DuplicateKey as e:
+            raise ValueError(f"{path}: {e}") from None
         except yaml.YAMLError as e:
             raise ValueError(f"{path}: not valid YAML: {e}") from None
         if not isinstance(data, dict):
@@ -172,7 +175,7 @@ def parse_sets(items: list[str]) -> dict:
 def parse_value(text: str):
     """A `--set` value: YAML, except that numbers like 3e-4 (a string to YAML 1.1) are numbers."""
     try:
-        v = yaml.safe_load(text)
+        v = yamlsafe.load(text)
     except yaml.YAMLError as e:
         raise ValueError(f"--set value {text!r}: not a YAML value ({str(e).splitlines()[0]})") from None
     if isinstance(v, str):
@@ -291,6 +294,13 @@ def _finite_gt0(v):
     return math.isfinite(v) and v > 0
 
 
+MAX_TIMEOUT_S = 86_400.0  # a day: any larger timeout is a typo, and 1e308 s overflows the OS's timers
+
+
+def _timeout(v):
+    return math.isfinite(v) and 0 < v <= MAX_TIMEOUT_S
+
+
 # field -> (test, the requirement in words); types come from the dataclasses' annotations
 RANGES: dict[str, tuple] = {
     "steps": (lambda v: v >= 1, ">= 1"),
@@ -310,7 +320,7 @@ RANGES: dict[str, tuple] = {
     "eval_samples": (lambda v: v >= 0, ">= 0"),
     "checkpoint_every": (lambda v: v >= 1, ">= 1"),
     "max_staleness": (lambda v: v >= 0, ">= 0 (or unset: 1 in async mode, no bound in sync)"),
-    "reward_timeout_s": (_finite_gt0, "a finite number > 0"),
+    "reward_timeout_s": (_timeout, f"a number in (0, {MAX_TIMEOUT_S:g}] (seconds)"),
     "reward_memory_mb": (lambda v: v == 0 or v >= 64, "0 (no limit) or >= 64"),
     "max_skipped_steps": (lambda v: v >= 1, ">= 1"),
     "learner.lr": (_finite_gt0, "a finite number > 0"),
@@ -333,6 +343,26 @@ RANGES: dict[str, tuple] = {
     "warmstart.n_embd": (lambda v: v >= 1, ">= 1"),
     "warmstart.block_size": (lambda v: v >= 2, ">= 2"),
 }
+
+
+# `*_options` keys with a range, whichever component takes them (the type comes from its annotation);
+# each is checked at load, before any work: one line naming the option
+OPTION_RANGES: dict[str, tuple] = {
+    "engine_options.max_rows": (lambda v: v >= 1, ">= 1 (rows decoded at once)"),
+    "engine_options.prefix_kv_rows": (lambda v: v >= 0, ">= 0 (0 = off)"),
+    "task_options.pool_size": (lambda v: v >= 1, ">= 1"),
+    "task_options.verify_timeout_s": (_timeout, f"a number in (0, {MAX_TIMEOUT_S:g}] (seconds)"),
+    "task_options.verify_memory_mb": (lambda v: v == 0 or v >= 64, "0 (no limit) or >= 64"),
+    "task_options.timeout_s": (_timeout, f"a number in (0, {MAX_TIMEOUT_S:g}] (seconds)"),
+}
+
+
+def check_option_ranges(where: str, options: dict) -> None:
+    for key, value in options.items() if isinstance(options, dict) else ():
+        test = OPTION_RANGES.get(f"{where}.{key}")
+        if test is not None and isinstance(value, (int, float)) and not isinstance(value, bool) \
+                and not test[0](value):
+            raise ValueError(f"{where}.{key} must be {test[1]}, got {value!r}")
 
 
 def check_fields(cfg: Config) -> None:
@@ -477,8 +507,11 @@ def check_option_types(obj, options: dict, where: str) -> None:
     for key, value in list(options.items()):
         if isinstance(value, float) and math.isnan(value):  # no option means anything by NaN
             raise ValueError(f"{where}.{key} must be a number, got nan")
-        if key in hints and not isinstance(value, dict):
+        # a mapping is checked too (`--set task_options.pool_size.x=1` makes pool_size {x: 1}); conform passes
+        # it where the parameter takes a mapping or a dataclass
+        if key in hints:
             options[key] = conform(value, hints[key], f"{where}.{key}")
+    check_option_ranges(where, options)
 
 
 def resolve_device(device: str) -> str:

@@ -78,6 +78,9 @@ class SimConfig:
     timing: TimingConfig = field(default_factory=TimingConfig)
 
 
+MAX_PROMPTS = 10 ** 8  # the simulator's documented range is 10^5-10^7 prompts
+
+
 class Simulator:
     def __init__(self, cfg: SimConfig):
         why = unsupported_reason(cfg.planner, cfg.planner_options)
@@ -85,6 +88,11 @@ class Simulator:
             raise ValueError(why)
         if cfg.batch < 1 or cfg.n < 1 or cfg.steps < 0:
             raise ValueError("sim: need batch >= 1, n >= 1, steps >= 0")
+        # refused before any array is made: 10^11 prompts would try to allocate ~373 GiB
+        if cfg.prompts < 1 or cfg.prompts > MAX_PROMPTS or cfg.batch * cfg.n > MAX_PROMPTS:
+            raise ValueError(f"sim: need 1 <= prompts <= {MAX_PROMPTS:.0e} and batch x n <= {MAX_PROMPTS:.0e} "
+                             f"(arrays of that many entries; about 4 bytes each), got prompts {cfg.prompts}, "
+                             f"batch x n {cfg.batch * cfg.n}")
         self.cfg = cfg
         pop_seed = cfg.seed if cfg.population_seed is None else cfg.population_seed
         self.pop = Population(cfg.prompts, cfg.population, seed=pop_seed)
