@@ -44,7 +44,7 @@ import torch
 from ..generate.local_pool import LocalEnginePool
 from ..generate.ray_pool import RayEnginePool
 from .budget import LEARNER_WORK
-from .staleness import StalenessGate
+from ..core.staleness import StalenessGate
 
 
 class AsyncLoop:

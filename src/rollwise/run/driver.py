@@ -28,7 +28,7 @@ from ..core.history import GroupStats, PromptHistory
 from ..core.ledger import Ledger
 from ..core.types import Batch, Group, Request
 from ..generate.engine import Finished, run_sync
-from .staleness import lag_metrics
+from ..core.staleness import lag_metrics
 
 
 NOT_TRAINED = {"train": "discarded", "pilot": "scored", "profile": "scored", "oracle": "scored", "eval": "scored"}

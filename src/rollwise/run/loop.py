@@ -52,7 +52,7 @@ from .loggers import open_loggers
 from .progress import Heartbeat
 from .records import finite_row, ledger_view, rows_upto, step_row, write_atomic, write_rows
 from .rundir import OutLock, read_run_config
-from .staleness import StalenessPolicy
+from ..core.staleness import StalenessPolicy
 from .stall import StallWatch
 
 
@@ -95,10 +95,9 @@ class Trainer:
         self.learner = Learner(self.policy, cfg.learner, ref, seed=cfg.seed)
         self.history, self.ledger = PromptHistory(len(self.pool)), Ledger()
         self.rng = np.random.default_rng(cfg.seed)
-        self.planner = build_planner(cfg.planner, len(self.pool), self.rng, cfg.planner_options)
         self.staleness = StalenessPolicy.for_run(cfg.mode, cfg.max_staleness)  # the run's one bound
+        self.planner = build_planner(cfg.planner, len(self.pool), self.rng, cfg.planner_options, self.staleness)
         self.budget = Budget.from_config(cfg)  # what ends the run and spaces its evaluations
-        self.planner.staleness = self.staleness
         if self.planner.draft_cost is not None:  # SPEC-RL's draft tokens, in decoded-token units
             self.ledger.draft_cost = self.planner.draft_cost
         self.scorer = reward_scorer(cfg, self.task)
