@@ -259,14 +259,21 @@ class Wave:
     `watch(running)`, given {request index: [each sample's tokens so far, or None once it stopped]}
     after every decode step, returns Decisions for single samples (in-flight control); with `hidden`
     each running sample is a pair (tokens_T, h_D), its last-layer hidden state at its last token.
-    `drafter(request, sample, tokens)` proposes each running row's next tokens, which the engine verifies
-    with exact sampling (a Speculator's wave: DAS); an engine without drafts refuses it by name."""
+    `options`: keywords for the engine's submit that an engine capability takes (generate/capabilities.py:
+    {"drafter": f} for Drafts); the driver refuses, by name, an engine that does not declare one, and has
+    the capability charge what the engine reports for it. An engine-side method (drafts, shared prefill,
+    tail batching) is then its capability, its engine and its component: nothing here changes."""
 
     requests: list[Request]
     enough: Callable[[dict], bool] | None = None
     watch: Callable[[dict], list[Decision]] | None = None
     hidden: bool = False
-    drafter: Callable[[Request, int, list], list] | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def drafter(self):
+        raise AttributeError("Wave.drafter was removed: pass Wave(requests, options={'drafter': f}) "
+                             "(rollwise.generate.capabilities.Drafts)")
 
 
 class Watchers(WaveWatch):
