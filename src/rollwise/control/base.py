@@ -132,7 +132,7 @@ class Component:
     def draws(self, need: int, ctx: StepContext) -> int:
         """How many prompts a draw of this step may use up from the epoch's pass (at most `need`, asked in
         spec order before each draw, refill rounds included). A component that generates fewer fresh
-        prompts than the batch (replay's fresh quota) returns what it will generate, so the prompts it
+        prompts than the batch (a replay quota) returns what it will generate, so the prompts it
         would hold back stay in the pass for later steps instead of being drawn and given n = 0."""
         return need
 
@@ -551,7 +551,7 @@ class Planner:
     def _draw(self, need: int, ctx: StepContext):
         """Draw candidates from the pool and pass them through every selector until `need` prompts
         survive or a full pass over the pool has been drawn (selectors may skip everything)."""
-        for c in self.components:  # a component may use up fewer prompts of the pass (replay's quota)
+        for c in self.components:  # a component may use up fewer prompts of the pass (a replay quota)
             need = min(need, int(c.draws(need, ctx)))
         if need <= 0:
             return []
