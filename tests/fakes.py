@@ -9,6 +9,7 @@ from rollwise.control.base import StepContext
 from rollwise.core.history import PromptHistory
 from rollwise.core.ledger import Ledger
 from rollwise.core.types import Group, Lineage, Prompt, Rollout
+from rollwise.generate.capabilities import Drafts, HiddenStates, InFlight
 from rollwise.generate.engine import Finished
 from rollwise.run.driver import StepDriver
 
@@ -24,8 +25,9 @@ class Engine:
     version (set by update_weights); `submitted` records every submission (a list of requests) and
     `calls` the number of requests in each."""
 
-    hidden_states = True  # nothing is ever running, so peek has nothing to show either way
-    drafts = True  # its rows are scripted: a drafter (DAS) is taken and never changes them (no token kept)
+    # nothing is ever running, so peek has nothing to show either way; its rows are scripted: a drafter is
+    # taken and never changes them (no token kept)
+    capabilities = (InFlight(), HiddenStates(), Drafts())
 
     def __init__(self, rates, ntok=3):
         self.rates, self.ntok, self.seen, self.version = rates, ntok, {}, 0
@@ -148,7 +150,7 @@ class TokenEngine:
     prompt x is correct iff floor((j+1) p) > floor(j p), or `correct(x, j)` when given (j: the row's sample
     index in its request)."""
 
-    hidden_states = True
+    capabilities = (InFlight(), HiddenStates())
 
     def __init__(self, lengths, rates=None, max_tokens=20, script=None, hidden=None, correct=None):
         self.lengths, self.rates, self.max_tokens, self.script = lengths, rates or {}, max_tokens, script

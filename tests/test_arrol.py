@@ -10,6 +10,7 @@ import torch
 
 from rollwise.control.arrol import ARRoL, PruneGate, QualityHead, head_figures, survivors
 from rollwise.control.base import Decision, Watchers, Wave, build_planner
+from rollwise.generate.capabilities import Drafts, InFlight
 from rollwise.control.capabilities import WaveWatch
 from rollwise.control.duet import AbortGate, DUETAbort
 from rollwise.core.ledger import Ledger
@@ -266,7 +267,7 @@ def test_engines_without_hidden_states_are_refused_by_name():
     from fakes import Engine
 
     class NoHidden(Engine):
-        hidden_states = False
+        capabilities = (InFlight(), Drafts())  # no HiddenStates
 
     gate = PruneGate(ARRoL(), [Request(P0, 2)], [1], {})
     with pytest.raises(ValueError, match="does not expose hidden states in flight"):

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from rollwise.run.staleness import StalenessGate
+from rollwise.core.staleness import StalenessGate
 
 from conftest import SMALL
 

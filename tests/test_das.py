@@ -1,4 +1,4 @@
-"""DAS (generate/das.py) and the torch engine's exact speculative decoding: the suffix-tree drafter on a
+"""DAS (replay/das.py) and the torch engine's exact speculative decoding: the suffix-tree drafter on a
 repeated prefix by hand, the length-aware budget, drafted rows equal to plain decoding (greedy: token for
 token; sampled: a chi-square test against the policy's own sequence probabilities, with a control that
 the test rejects a shifted distribution), and the ledger of one step by hand (fewer decode-equivalents
@@ -13,7 +13,8 @@ import torch
 
 from rollwise.control.base import build_planner
 from rollwise.core.types import Prompt, Request
-from rollwise.generate.das import DAS, SuffixTree
+from rollwise.generate.capabilities import HiddenStates, InFlight
+from rollwise.replay.das import DAS, SuffixTree
 from rollwise.generate.engine import run_sync
 from rollwise.generate.torch_engine import TorchEngine
 from rollwise.run.driver import StepDriver
@@ -194,7 +195,7 @@ def test_an_engine_without_drafts_is_refused_by_name():
     from fakes import Engine
 
     class Scripted(Engine):
-        drafts = False
+        capabilities = (InFlight(), HiddenStates())  # no Drafts
 
     ctx = make_ctx(pool_size=2, B=2, n=2)
     planner = build_planner("das", 2, ctx.rng)

@@ -218,7 +218,7 @@ def test_engines_without_inflight_control_are_refused_by_name():
     from fakes import Engine
 
     class NoPeek(Engine):
-        peek = None
+        capabilities = ()  # no InFlight declared
 
     requests = [Request(P0, 2)]
     with pytest.raises(ValueError, match="does not offer in-flight control"):

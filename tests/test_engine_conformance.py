@@ -46,7 +46,8 @@ def vllm_kit():
 
 KITS = {"torch": torch_kit, "sim": sim_kit, "vllm": vllm_kit}
 # what each engine is checked for: the simulator has no tokens; only the torch engine has peek/stop
-EXPECTED = {"torch": EVERY_ENGINE_CHECK + POLICY_CHECKS + ["peek and stop", "hidden states", "drafts"],
+EXPECTED = {"torch": EVERY_ENGINE_CHECK + POLICY_CHECKS + ["declared capabilities", "peek and stop", "hidden states",
+                                                                "drafts"],
             "sim": EVERY_ENGINE_CHECK, "vllm": EVERY_ENGINE_CHECK + POLICY_CHECKS}
 
 

@@ -6,7 +6,7 @@ import pytest
 from rollwise.control.base import build_planner
 from rollwise.core.types import Prompt, Request, SamplingParams
 from rollwise.generate.engine import run_sync
-from rollwise.run.staleness import StalenessPolicy
+from rollwise.core.staleness import StalenessPolicy
 
 from fakes import Learner, TokenEngine, make_ctx, run_step
 

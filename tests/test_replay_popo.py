@@ -9,7 +9,7 @@ import pytest
 from rollwise.control.base import Planner, build_planner
 from rollwise.core.types import Group
 from rollwise.replay.popo import POPO
-from rollwise.run.staleness import lag_metrics as staleness
+from rollwise.core.staleness import lag_metrics as staleness
 
 from fakes import R, make_ctx, make_sampled_ctx, replay_runs_after_resume, run_step
 

@@ -217,4 +217,4 @@ def test_async_mode_refuses_spec_rl_before_starting_workers(tmp_path, small_poli
 
     cfg = load_config(None, {**SMALL, "out": str(tmp_path), "planner": "spec-rl", "mode": "async"})
     with pytest.raises(ValueError, match="--mode async cannot run spec-rl"):
-        AsyncLoop(Trainer(cfg))
+        (lambda tr: AsyncLoop(tr.parts, tr))(Trainer(cfg))

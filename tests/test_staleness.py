@@ -3,10 +3,10 @@ at lags S, S+1 and S+2, and its wiring: the bound a run's config sets reaches th
 resumed partial rows (async mode always, the synchronous loop only when max_staleness is set)."""
 import pytest
 
-from rollwise.control.april import CarryStore
+from rollwise.control.partial import CarryStore
 from rollwise.control.base import build_planner
 from rollwise.core.types import Group, Prompt
-from rollwise.run.staleness import StalenessGate, StalenessPolicy
+from rollwise.core.staleness import StalenessGate, StalenessPolicy
 
 from fakes import TokenEngine, make_ctx, run_step
 

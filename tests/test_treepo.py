@@ -258,7 +258,7 @@ def test_async_mode_refuses_treepo_before_starting_workers(tmp_path, small_polic
 
     cfg = load_config(None, {**SMALL, "out": str(tmp_path), "planner": "treepo", "mode": "async"})
     with pytest.raises(ValueError, match="--mode async \\(Ray workers\\) cannot run planner 'treepo'"):
-        AsyncLoop(Trainer(cfg))
+        (lambda tr: AsyncLoop(tr.parts, tr))(Trainer(cfg))
 
 
 @pytest.mark.parametrize("spec", ["ar3po+treepo", "greso+treepo", "treepo+dapo", "prompt-replay+treepo"])

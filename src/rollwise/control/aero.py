@@ -32,7 +32,7 @@ import numpy as np
 from ..core.registry import register
 from ..core.types import Batch, Group, Prompt, Request
 from .base import Component, StepContext
-from .capabilities import Staged
+from .capabilities import SetsN, Staged
 from .pilot_commit import max_variance_subset
 
 
@@ -85,7 +85,7 @@ def informative_prob(a, b, eps: float) -> np.ndarray:
           summary="AERO: staged rollout for zero-variance groups, max-variance rejection, Beta posterior")
 class AERO(Component):
     needs_sampling = True  # stages for zero-variance groups
-    declares = (Staged(),)  # the `more` hook: stages
+    declares = (SetsN(), Staged())  # the `more` hook: stages
 
     def __init__(self, n0: int | None = None, step_n: int | None = None, n_max: int | None = None,
                  train_n: int | None = None, eps: float = 0.05, delta: float = 0.1, decay: float = 0.995,

@@ -18,100 +18,24 @@ rollwise's additions, both [INF]:
   * a row is also stopped at a per-step token budget (`segment_tokens`, the "partial rollout" of verl's
     agent loop: long rows then take several steps instead of stalling one);
   * the staleness bound is checked again when a row is resumed (the run's StalenessPolicy,
-    run/staleness.py: async mode always, the synchronous loop when `max_staleness` is set): a row whose
+    core/staleness.py: async mode always, the synchronous loop when `max_staleness` is set): a row whose
     oldest token would be more than S versions old is dropped with its group (its tokens charged as
     aborted) and the prompt is asked for again from scratch.
 The learner sees each token's own behaviour log-prob (the rows keep them across segments): with
 `learner.recompute_old=false` the PPO ratio is taken against them, CoPRIS's cross-stage importance
 sampling; with the default (recomputed old log-probs, APRIL's choice) a correction such as tis-token or
 areal-decoupled reweights them.
+
+The component only declares `Partial(overprovision, segment_tokens)`; the Planner runs what that
+capability means (control/partial.py: the carried groups and the first wave of each step).
 """
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 from ..core.registry import register
-from ..core.types import Group, Request, Rollout
 from .base import Component
 from .capabilities import Partial
-
-
-class CarryStore:
-    """Groups with unfinished rows, oldest first (APRIL's data buffer)."""
-
-    def __init__(self):
-        self.groups: list[Group] = []
-
-    def __len__(self) -> int:
-        return len(self.groups)
-
-    def resume(self, version: int, staleness):
-        """Requests that continue every carried group -> (requests, owners, ready, dropped). `staleness`
-        is the run's StalenessPolicy and `version` the policy version that will train them. owners[i] is
-        the carried group request i continues, or None for a prompt that starts over because its rows
-        grew too old (those groups are returned as dropped: their tokens are charged as aborted); ready
-        are complete groups held over from the last step (APRIL keeps completed, unconsumed groups)."""
-        requests, owners, ready, dropped = [], [], [], []
-        for g in self.groups:
-            rows = [r for r in g.rollouts if r.status != "done"]
-            if staleness.bounded and not all(staleness.fresh_enough(r.oldest_version, version)
-                                             for r in g.rollouts if r.num_tokens):
-                dropped.append(g)
-                requests.append(Request(g.prompt, g.n))
-                owners.append(None)
-                continue
-            if not rows:
-                ready.append(g)
-            for r in rows:
-                requests.append(Request(g.prompt, 1, prefix=r if r.num_tokens else None))
-                owners.append(g)
-        self.groups = []
-        return requests, owners, ready, dropped
-
-    def absorb(self, requests, owners, groups) -> list[Group]:
-        """Put the groups of a wave back together: a carried group's done rows plus its rows' new
-        results. Returns the groups in request order of their first request (complete or not)."""
-        out, rebuilt = [], {}
-        for req, owner, g in zip(requests, owners, groups):
-            if owner is None:
-                out.append(g)
-                continue
-            key = id(owner)
-            if key not in rebuilt:
-                rebuilt[key] = Group(owner.prompt, [r for r in owner.rollouts if r.status == "done"])
-                out.append(rebuilt[key])
-            rebuilt[key].rollouts.extend(g.rollouts)
-        return out
-
-    def state_dict(self) -> list:
-        return [{"prompt": {"id": g.prompt.id, "text": g.prompt.text, "answer": g.prompt.answer,
-                            "level": g.prompt.level}, "rollouts": [r.to_state() for r in g.rollouts]}
-                for g in self.groups]
-
-    def load_state_dict(self, s: list) -> None:
-        from ..core.types import Prompt
-
-        self.groups = [Group(Prompt(**e["prompt"]), [Rollout.from_state(r) for r in e["rollouts"]]) for e in s]
-        for g in self.groups:  # restored rows keep what the checkpoint knew: carried
-            for r in g.rollouts:
-                r.fate = "carried"
-
-
-def unfinished(g: Group) -> bool:
-    return any(r.status != "done" for r in g.rollouts)
-
-
-def apply_segment(requests: list[Request], segment_tokens: int | None) -> list[Request]:
-    if segment_tokens:
-        for r in requests:
-            if r.sampling.segment_tokens is None:
-                r.sampling = replace(r.sampling, segment_tokens=int(segment_tokens))
-    return requests
-
-
-def overprovisioned(need: int, overprovision: float) -> int:
-    return need if overprovision <= 0 else int(math.ceil(need * (1.0 + overprovision)))
 
 
 @register("planner", "april", provenance="CODE+INF",

@@ -33,14 +33,14 @@ from dataclasses import replace
 from ..core.registry import register
 from ..core.types import Batch, Group, Prompt, Request, Rollout
 from .base import Component, StepContext
-from .capabilities import Staged
+from .capabilities import SetsN, Staged
 
 
 @register("planner", "ar3po", provenance="ABS+SEC+INF",
           summary="AR3PO: staged rollout until a correct response, reuse stored correct responses")
 class AR3PO(Component):
     needs_sampling = True  # stages: more samples after seeing the first ones
-    declares = (Staged(),)  # the `more` hook: stages
+    declares = (SetsN(), Staged())  # the `more` hook: stages
 
     def __init__(self, k: int = 4, stages: int = 4, keep: int = 1, reuse: str = "add",
                  drop_zero_variance: bool = True):

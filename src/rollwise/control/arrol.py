@@ -69,7 +69,7 @@ import torch
 from ..core.registry import register
 from ..core.types import Group, Prompt, Request
 from .base import Component, Decision, StepContext
-from .capabilities import Watcher, WaveWatch
+from .capabilities import ScalesN, Watcher, WaveWatch
 
 # what a survivor carries (Rollout.meta) from the checkpoint to finish: h_D, its score, on the high side?
 H_KEY, P_KEY, HIGH_KEY = "arrol_h", "arrol_p", "arrol_high"
@@ -153,7 +153,7 @@ class QualityHead:
           summary="ARRoL: start N > G rows, prune mid-generation by a learned head on hidden states toward "
                   "a target correct ratio rho among the G survivors")
 class ARRoL(Component):
-    declares = (Watcher(hidden=True),)  # prunes in flight by a head on the samples' hidden states
+    declares = (ScalesN(), Watcher(hidden=True))  # prunes in flight by a head on the samples' hidden states
 
     def __init__(self, ratio: float = 2.0, prune_at: int = 32, rho: float = 0.5, lr: float = 0.5,
                  l2: float = 1e-3, head_steps: int = 20, buffer: int = 1024, explore: float = 0.0):

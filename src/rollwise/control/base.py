@@ -1,7 +1,7 @@
 """The planner API (Control stage): which prompts get rollouts, how many, and which groups train.
 
 A planner is a list of small *components*, each overriding only the hooks it needs. Components
-compose by a spec string such as ``greso+ar3po`` or ``prompt-replay+dapo``: the Planner runs every
+compose by a spec string such as ``selector+allocator``: the Planner runs every
 component's hook in order. This is the contract third parties implement; keep it small.
 
 Hooks, in the order one step calls them::
@@ -11,22 +11,22 @@ Hooks, in the order one step calls them::
     bind(pool_size)                once, when the planner is built (size per-prompt arrays here)
     begin_step(ctx)                at the start of every step (reset per-step state)
     sampling(ctx)                  sampling overrides for this step's requests, e.g. {"temperature": 0.9}
-    setup(ctx)                     once, before the first step (offline profiling: sGPO, PVPO)
-    select(candidates, need, ctx)  pre-rollout: keep/skip/reorder/add prompts (GRESO, HIVE, CDAS, ...)
-    allocate(prompts, ns, ctx)     n per prompt (sGPO, CurES, E3, DUET); returns the new ns
-    speculate(requests, ctx)       each round's train requests, run a component's own way (SPEC-RL:
+    setup(ctx)                     once, before the first step (offline profiling)
+    select(candidates, need, ctx)  pre-rollout: keep/skip/reorder/add prompts (selectors)
+    allocate(prompts, ns, ctx)     n per prompt; returns the new ns (declared: SetsN, HoldsBack or ScalesN)
+    speculate(requests, ctx)       each round's train requests, run a component's own way (drafts:
                                    drafts verified, then resumed); one Group per request
     more(groups, ctx)              after each generation round: extra Requests for prompts already
-                                   rolled out this step (AR3PO, AERO, DARS stages); [] when done
-    finish(groups, ctx)            before the batch: repair/trim/reuse groups (AR3PO reuse, AERO rejection)
-    accept(group, ctx)             may this group train? (DAPO's zero-variance filter)
+                                   rolled out this step (stages); [] when done
+    finish(groups, ctx)            before the batch: repair/trim/reuse groups (reuse, rejection)
+    accept(group, ctx)             may this group train? (a zero-variance filter)
     observe(groups, batch, ctx)    after the update: update the component's own state
 
     watch(requests, ctx)           in-flight control (a Watcher): a WaveWatch for a wave of train
                                    requests, which the driver shows every running sample's tokens after
                                    each decode step and which returns Decisions: stop, prune or reweight
-                                   single samples (DUET's abort); a watcher with `hidden = True` also
-                                   gets each running sample's last-layer hidden state (ARRoL)
+                                   single samples (an abort); a watcher with `hidden = True` also
+                                   gets each running sample's last-layer hidden state
 
 **Asking for samples.** A hook that needs rollouts of its own (a pilot, a profile, an oracle
 measurement) is written as a generator: ``groups = yield [Request(p, m, purpose="pilot")]``. The step
@@ -42,7 +42,7 @@ Planner composes from those declarations alone and refuses what conflicts (one t
 more samples after seeing results: stages) and `needs_policy` (a forward pass or model internals:
 `ctx.prompt_stats`, `ctx.policy`); a Watcher needs the engine's optional peek/stop and a Resumable a
 token-level engine; `refill = True` means it draws fresh prompts while fewer than `batch_size` groups
-are accepted, for at most `max_rounds` rounds (DAPO dynamic sampling). A host (TRL, verl) calls
+are accepted, for at most `max_rounds` rounds (dynamic sampling). A host (TRL, verl) calls
 `Planner.require(...)` with what it can serve and refuses the rest by name.
 """
 from __future__ import annotations
@@ -57,7 +57,10 @@ import numpy as np
 from ..core.history import PromptHistory
 from ..core.ledger import Ledger
 from ..core.types import Batch, Group, Prompt, Request
-from .capabilities import Capability, Partial, Resumable, Speculator, Staged, Watcher, WaveWatch, check, find
+from ..core.staleness import StalenessPolicy
+from .capabilities import (Capability, HoldsBack, Partial, Resumable, ScalesN, SetsN, Speculator, Staged, Watcher,
+                           WaveWatch, check, find)
+from .partial import PartialRollouts
 
 
 @dataclass
@@ -72,13 +75,13 @@ class StepContext:
     history: PromptHistory | None
     ledger: Ledger | None
     rng: np.random.Generator  # the planner's own stream (saved in checkpoints)
-    policy: Any = None  # the policy, for components that read its internals (CurES sigma='grad', E3's vocab)
+    policy: Any = None  # the policy, for components that read its internals (gradients, its vocabulary)
     task: Any = None  # the task, for what it declares (e.g. its `answer_marker`); None in hosts and tests
-    # prompt_stats(texts) -> (entropy_K, embed_KD): one prefill-only pass of the current policy (HIVE,
-    # DOTS); the driver charges its prompt tokens.
+    # prompt_stats(texts) -> (entropy_K, embed_KD): one prefill-only pass of the current policy (components
+    # that declare PromptStats); the driver charges its prompt tokens.
     prompt_stats: Callable | None = None
     # score_drafts(prompt_ids, drafts_T, temperatures) -> (logp_T list, entropy_T list, policy version):
-    # one prefill of the current policy over prompt + draft per row (SPEC-RL's verification); the driver
+    # one prefill of the current policy over prompt + draft per row (a speculator's verification); the driver
     # charges its prompt tokens and every draft token it scores.
     score_drafts: Callable | None = None
     # the learner's off-policy correction by name (learner.correction), for components that replay rows and
@@ -129,7 +132,7 @@ class Component:
     def draws(self, need: int, ctx: StepContext) -> int:
         """How many prompts a draw of this step may use up from the epoch's pass (at most `need`, asked in
         spec order before each draw, refill rounds included). A component that generates fewer fresh
-        prompts than the batch (replay's fresh quota) returns what it will generate, so the prompts it
+        prompts than the batch (a replay quota) returns what it will generate, so the prompts it
         would hold back stay in the pass for later steps instead of being drawn and given n = 0."""
         return need
 
@@ -167,22 +170,18 @@ class Component:
         pass
 
 
-# `allocate` hooks that only hold prompts back (n = 0: replay, depo, dots) or scale the n they are given
-# (arrol's over-provision); every other overridden `allocate` sets each prompt's n by a rule of its own
-KEEPS_N = frozenset({"replay", "depo", "dots", "arrol"})
-
-
 def sets_n(c: Component) -> bool:
-    """Does component `c` set each prompt's number of rollouts by a rule of its own? (PODS only with its `n`.)"""
-    if type(c).allocate is Component.allocate or c.name in KEEPS_N:
-        return False
-    return not (c.name == "pods" and getattr(c, "n", None) is None)
+    """Does component `c` set each prompt's number of rollouts by a rule of its own? It declares SetsN, or
+    overrides `allocate` without declaring HoldsBack or ScalesN (capabilities.py)."""
+    if find([c], SetsN):
+        return True
+    return type(c).allocate is not Component.allocate and not find([c], HoldsBack) and not find([c], ScalesN)
 
 
 def refuse_allocators(me: Component, before: list[Component], after: list[Component]) -> None:
     """For a `compose` hook of a component that sets each prompt's n: refuse, one line naming both, another
-    component that sets it too (one would overwrite the other, or its stages spend beyond the budget), and
-    arrol before it (arrol over-provisions the n it is given and prunes back to it: it must see the final n)."""
+    component that sets it too (one would overwrite the other, or its stages spend beyond the budget), and a
+    ScalesN component before it (it scales the n it is given and prunes back to it: it must see the final n)."""
     for o in before + after:
         if not sets_n(o):
             continue
@@ -193,9 +192,9 @@ def refuse_allocators(me: Component, before: list[Component], after: list[Compon
             why = "both set each prompt's number of rollouts (allocate), so one would overwrite the other"
         raise ValueError(f"{me.name} does not compose with {o.name}: {why}")
     for o in before:
-        if o.name == "arrol":
-            raise ValueError(f"{me.name} does not compose with arrol before it: arrol over-provisions the n it is "
-                             f"given and prunes back to it, so it must come after {me.name} ({me.name}+arrol)")
+        if find([o], ScalesN):
+            raise ValueError(f"{me.name} does not compose with {o.name} before it: {o.name} scales the n it is "
+                             f"given and prunes back to it, so it must come after {me.name} ({me.name}+{o.name})")
 
 
 class PoolSampler:
@@ -244,7 +243,7 @@ class Decision:
     wave): `action` "stop" ends it as done (its answer is in), "pruned" ends it as dropped (the driver
     charges its tokens to fate "pruned" and takes it out of its group), "keep" lets it run. A `weight`
     (not None) is an importance weight the rollout carries to the learner (Rollout.meta["is_weight"]);
-    `meta` (not None) are entries the rollout carries in Rollout.meta (ARRoL: what its head read)."""
+    `meta` (not None) are entries the rollout carries in Rollout.meta (what a watcher read)."""
 
     index: int
     sample: int
@@ -260,21 +259,28 @@ class Wave:
     `watch(running)`, given {request index: [each sample's tokens so far, or None once it stopped]}
     after every decode step, returns Decisions for single samples (in-flight control); with `hidden`
     each running sample is a pair (tokens_T, h_D), its last-layer hidden state at its last token.
-    `drafter(request, sample, tokens)` proposes each running row's next tokens, which the engine verifies
-    with exact sampling (a Speculator's wave: DAS); an engine without drafts refuses it by name."""
+    `options`: keywords for the engine's submit that an engine capability takes (generate/capabilities.py:
+    {"drafter": f} for Drafts); the driver refuses, by name, an engine that does not declare one, and has
+    the capability charge what the engine reports for it. An engine-side method (drafts, shared prefill,
+    tail batching) is then its capability, its engine and its component: nothing here changes."""
 
     requests: list[Request]
     enough: Callable[[dict], bool] | None = None
     watch: Callable[[dict], list[Decision]] | None = None
     hidden: bool = False
-    drafter: Callable[[Request, int, list], list] | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def drafter(self):
+        raise AttributeError("Wave.drafter was removed: pass Wave(requests, options={'drafter': f}) "
+                             "(rollwise.generate.capabilities.Drafts)")
 
 
 class Watchers(WaveWatch):
-    """Several in-flight components over one wave (`arrol+duet-abort`), each seeing what it would see
+    """Several in-flight components over one wave (two Watchers in one spec), each seeing what it would see
     alone. In spec order, each watcher is shown the samples still running; once one ends a sample (stop
     or prune), later watchers see it as ended, and every other watcher is told (`ended_elsewhere`), so
-    that ARRoL does not count a sample DUET pruned as one that finished. A watcher whose capability does
+    that one watcher does not count a sample another pruned as one that finished. A watcher whose capability does
     not ask for hidden states gets each sample's tokens only. "keep" decisions (weights, meta) of all of
     them reach the sample. `watches`: [(watch, hidden)], in spec order."""
 
@@ -304,7 +310,8 @@ class Watchers(WaveWatch):
 class Planner:
     """Runs a list of components through one step. See the module docstring for the hook order."""
 
-    def __init__(self, components: list[Component], pool_size: int, rng: np.random.Generator):
+    def __init__(self, components: list[Component], pool_size: int, rng: np.random.Generator,
+                 staleness: StalenessPolicy | None = None):
         self.components = components
         self.rng = rng
         self.sampler = PoolSampler(pool_size, rng)
@@ -312,14 +319,8 @@ class Planner:
         self._set_up = False
         self._sampling: dict = {}
         self.version = 0  # the policy version of this step (the driver sets it): partial rows' staleness
-        from ..run.staleness import StalenessPolicy
-        from .april import CarryStore
-
-        self.staleness = StalenessPolicy()  # the run's (run/staleness.py): resumed rows it finds stale are dropped
-
-        self.carry = CarryStore()
-        self._dropped: list[Group] = []
-        self._busy: set[int] = set()  # prompt ids being resumed this step
+        # the run's bound (core/staleness.py): carried rows it finds stale are dropped when resumed
+        self.staleness = staleness if staleness is not None else StalenessPolicy()
         check(components, self.name, Component)  # what conflicts, from the declarations alone
         for i, c in enumerate(components):  # and what a component refuses by its own rule
             c.compose(components[:i], components[i + 1:])
@@ -327,9 +328,8 @@ class Planner:
         speculators = find(components, Speculator)
         self.speculator = speculators[0][0] if speculators else None
         partial = [cap for _, cap in find(components, Partial)]
-        self.partial = bool(partial)
-        self.overprovision = max((p.overprovision for p in partial), default=0.0)
-        self.segment_tokens = min((p.segment_tokens for p in partial if p.segment_tokens), default=None)
+        # partial rollouts (control/partial.py): the carried groups, each step's first wave, segment budgets
+        self.carry = PartialRollouts(partial) if partial else None
         for c in components:
             c.bind(pool_size)
         # the components with an accept rule of their own (the base's accepts every group): asked per group
@@ -340,14 +340,19 @@ class Planner:
         return "+".join(c.name for c in self.components)
 
     @property
+    def partial(self) -> bool:
+        """Does the planner carry unfinished rows to the next step (a component declares Partial)?"""
+        return self.carry is not None
+
+    @property
     def max_staleness(self):
         raise AttributeError("Planner.max_staleness was removed in 0.4: use Planner.staleness, a "
-                             "rollwise.run.staleness.StalenessPolicy (the Trainer sets it from the config)")
+                             "rollwise.core.staleness.StalenessPolicy (build_planner(..., staleness=...))")
 
     @max_staleness.setter
     def max_staleness(self, value):
-        raise AttributeError("Planner.max_staleness was removed in 0.4: set Planner.staleness = "
-                             "rollwise.run.staleness.StalenessPolicy(S) instead")
+        raise AttributeError("Planner.max_staleness was removed in 0.4: build the planner with "
+                             "build_planner(..., staleness=rollwise.core.staleness.StalenessPolicy(S)) (Planner.staleness) instead")
 
     @property
     def needs_sampling(self) -> bool:
@@ -367,7 +372,7 @@ class Planner:
 
     @property
     def draft_cost(self) -> float | None:
-        """The prefill/decode cost ratio a drafting component (SPEC-RL) charges its draft tokens at."""
+        """The prefill/decode cost ratio a drafting component (its Speculator declaration) charges its draft tokens at."""
         return next((cap.draft_cost for _, cap in find(self.components, Speculator) if cap.draft_cost is not None),
                     None)
 
@@ -401,15 +406,15 @@ class Planner:
             self._set_up = True
         self.round = 1
         self._verdicts: dict[int, bool] = {}  # prompt id -> accepted, for the refill count (_more)
-        if self.partial:
-            requests = yield from self._partial_wave(ctx)
+        if self.carry is not None:
+            requests = yield from self.carry.first_wave(self, ctx)
         else:
             requests = yield from self._draw(ctx.batch_size, ctx)
         while requests:
             groups = yield from self._round(requests, ctx)
             grown = []
             for g in groups:
-                if self.partial and _unfinished(g):  # a refill's unfinished group waits for the next step
+                if self.carry is not None and _unfinished(g):  # a refill's unfinished group waits for the next step
                     self.carry.groups.append(g)
                     continue
                 have = ctx.groups.get(g.prompt.id)
@@ -420,43 +425,6 @@ class Planner:
                 grown.append(have)
             requests = yield from self._more(grown, ctx)
         return (yield from self._assemble(ctx))
-
-    # ---- partial rollouts (control/april.py) ----------------------------------------------------
-    def _partial_wave(self, ctx: StepContext):
-        """The first wave with partial rollouts: carried groups first, then over-provisioned fresh
-        prompts; the driver stops it once batch_size groups are complete and accepted."""
-        from .april import overprovisioned
-
-        resumed, owners, ready, self._dropped = self.carry.resume(self.version, self.staleness)
-        self._busy = {r.prompt.id for r in resumed} | {g.prompt.id for g in ready}  # not drawn again now
-        carried = len(self._busy)
-        fresh = yield from self._draw(overprovisioned(max(ctx.batch_size - carried, 0), self.overprovision), ctx)
-        self._busy = set()
-        requests = self._with_sampling(self._segment(resumed + fresh))
-        owners = owners + [None] * len(fresh)
-        members: dict = {}  # one entry per group of the wave: the indices of its requests
-        for i, o in enumerate(owners):
-            members.setdefault(id(o) if o is not None else ("fresh", i), []).append(i)
-
-        def enough(finished: dict) -> bool:
-            """batch_size groups are back whole (every row done) and accepted."""
-            count = 0
-            for idx in members.values():
-                if all(i in finished for i in idx):
-                    (g,) = self.carry.absorb([requests[i] for i in idx], [owners[i] for i in idx],
-                                             [finished[i] for i in idx])
-                    count += not _unfinished(g) and self._accepts(g, ctx)
-            return count >= ctx.batch_size
-
-        groups = (yield Wave(requests, enough if self.overprovision > 0 else None)) if requests else []
-        taken = 0
-        for g in ready + self.carry.absorb(requests, owners, groups):  # held-over groups first, as APRIL
-            if _unfinished(g) or (taken >= ctx.batch_size and self.overprovision > 0):
-                self.carry.groups.append(g)  # unfinished, or complete beyond the batch: next step's
-                continue
-            ctx.groups[g.prompt.id] = g
-            taken += self._accepts(g, ctx)
-        return (yield from self._more(list(ctx.groups.values()), ctx))
 
     def _watched(self, requests: list[Request], ctx: StepContext):
         """Train requests as a Wave with the in-flight components' watcher, if there is one (several are
@@ -479,11 +447,7 @@ class Planner:
         return (yield from self._run(self.speculator.speculate(requests, ctx)))
 
     def _segment(self, requests: list[Request]) -> list[Request]:
-        if self.partial and self.segment_tokens:
-            from .april import apply_segment
-
-            apply_segment(requests, self.segment_tokens)
-        return requests
+        return requests if self.carry is None else self.carry.segment(requests)
 
     def _run(self, hook_result):
         """run_hook, with the step's sampling overrides applied to a hook's own requests."""
@@ -532,7 +496,7 @@ class Planner:
         return []
 
     def _assemble(self, ctx: StepContext):
-        """Final groups -> Assembled. Refill planners train on at most B groups (DAPO keeps the first
+        """Final groups -> Assembled. Refill planners train on at most B groups (keeping the first
         B; the surplus is discarded, not carried over)."""
         groups = list(ctx.groups.values())
         for c in self.components:
@@ -545,8 +509,9 @@ class Planner:
         else:
             kept_ids = {id(g) for g in kept}
             rejected = [g for g in groups if id(g) not in kept_ids]
-        dropped, self._dropped = self._dropped, []
-        return Assembled(Batch(kept, ctx.step), rejected, groups, list(self.carry.groups), dropped)
+        if self.carry is None:
+            return Assembled(Batch(kept, ctx.step), rejected, groups)
+        return Assembled(Batch(kept, ctx.step), rejected, groups, list(self.carry.groups), self.carry.take_dropped())
 
     def observe(self, batch: Batch, ctx: StepContext) -> None:
         for c in self.components:
@@ -586,13 +551,13 @@ class Planner:
     def _draw(self, need: int, ctx: StepContext):
         """Draw candidates from the pool and pass them through every selector until `need` prompts
         survive or a full pass over the pool has been drawn (selectors may skip everything)."""
-        for c in self.components:  # a component may use up fewer prompts of the pass (replay's quota)
+        for c in self.components:  # a component may use up fewer prompts of the pass (a replay quota)
             need = min(need, int(c.draws(need, ctx)))
         if need <= 0:
             return []
         oversample = max(c.oversample for c in self.components)
         chosen: list[Prompt] = []
-        seen = set(ctx.groups) | self._busy | {g.prompt.id for g in self.carry.groups}
+        seen = set(ctx.groups) if self.carry is None else set(ctx.groups) | self.carry.held()
         drawn = 0
         while len(chosen) < need and drawn < len(ctx.pool):
             k = min((need - len(chosen)) * oversample, len(ctx.pool) - drawn)
@@ -615,14 +580,14 @@ class Planner:
     def state_dict(self) -> dict:
         s = {"sampler": self.sampler.state_dict(), "set_up": self._set_up,
              "components": [c.state_dict() for c in self.components]}
-        if self.partial:  # in-flight partials are saved with their tokens
+        if self.carry is not None:  # in-flight partials are saved with their tokens
             s["carry"] = self.carry.state_dict()
         return s
 
     def load_state_dict(self, s: dict) -> None:
         self.sampler.load_state_dict(s["sampler"])
         self._set_up = bool(s["set_up"])
-        if "carry" in s:
+        if "carry" in s and self.carry is not None:
             self.carry.load_state_dict(s["carry"])
         for c, cs in zip(self.components, s["components"]):
             c.load_state_dict(cs)
@@ -646,10 +611,11 @@ def _no_requests(result, component: Component):
 
 
 def build_planner(spec: str | list[str], pool_size: int, rng: np.random.Generator,
-                  options: dict[str, dict] | None = None) -> Planner:
-    """`"greso+ar3po"` or `["greso", "ar3po"]` -> Planner. `options[name]` are keyword arguments
+                  options: dict[str, dict] | None = None, staleness: StalenessPolicy | None = None) -> Planner:
+    """`"a+b"` or `["a", "b"]` (registered component names) -> Planner. `options[name]` are keyword arguments
     for that component's constructor (from the config's `planner_options`); a key that names no
-    component of the spec, or an option the component does not take, is an error naming both."""
+    component of the spec, or an option the component does not take, is an error naming both.
+    `staleness`: the run's bound on carried rows (None: unbounded)."""
     from ..core import registry
 
     names = [s.strip() for s in (spec.split("+") if isinstance(spec, str) else spec)]
@@ -667,4 +633,4 @@ def build_planner(spec: str | list[str], pool_size: int, rng: np.random.Generato
         opts = options.get(name) or {}
         registry.check_options(entry.obj, opts, f"planner_options.{name}")
         comps.append(entry.obj(**opts))
-    return Planner(comps, pool_size, rng)
+    return Planner(comps, pool_size, rng, staleness)

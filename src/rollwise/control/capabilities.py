@@ -13,6 +13,13 @@ declares, say, `Watcher()` and returns a `WaveWatch` from `watch()`; no framewor
                              `hidden` asks the engine for each running sample's last hidden state
     Resumable()              continues rows from their own tokens (`Request.prefix`: TreePO's branches)
     Branching()              a group's rollouts share prefixes (a tree: TreePO)
+    SetsN()                  its `allocate` sets each prompt's number of rollouts by a rule of its own
+    HoldsBack()              its `allocate` only holds prompts back (n = 0) and passes the other n on
+    ScalesN()                its `allocate` scales the n it is given (and prunes back to it in flight)
+    PromptStats()            reads the policy only through `ctx.prompt_stats` (one prefill-only pass)
+
+An `allocate` overridden without one of SetsN, HoldsBack, ScalesN is taken as SetsN (the safe reading:
+it is refused beside another component that sets n).
 
 What does not compose, and why, is one table (`CONFLICTS`), read by `check`.
 """
@@ -65,6 +72,30 @@ class Resumable(Capability):
 @dataclass(frozen=True)
 class Branching(Capability):
     """A group's rollouts share prefixes (a tree): its shared tokens are generated once, trained in every leaf."""
+
+
+@dataclass(frozen=True)
+class SetsN(Capability):
+    """Its `allocate` sets each prompt's number of rollouts by a rule of its own (a budget allocator, a
+    staged sampler's first stage): two such components would overwrite each other's n."""
+
+
+@dataclass(frozen=True)
+class HoldsBack(Capability):
+    """Its `allocate` only holds prompts back (n = 0: a replay quota, a deferred prompt) and passes every other
+    prompt's n on unchanged, so it composes with any allocator."""
+
+
+@dataclass(frozen=True)
+class ScalesN(Capability):
+    """Its `allocate` scales the n it is given (an over-provision it prunes back to in flight), so it must come
+    after every component that sets n: it has to see the final n."""
+
+
+@dataclass(frozen=True)
+class PromptStats(Capability):
+    """Reads the policy only through `ctx.prompt_stats` (one prefill-only pass over the prompts: entropy and
+    embedding), which a host that holds the model can serve without serving the policy itself."""
 
 
 class WaveWatch:

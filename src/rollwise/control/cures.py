@@ -55,6 +55,7 @@ import torch
 from ..core.registry import register
 from ..core.types import Batch, Group, Prompt, Request
 from .base import Component, StepContext
+from .capabilities import SetsN
 
 
 def posterior_mean(accepted, total) -> np.ndarray:
@@ -112,6 +113,8 @@ def response_grad_norms(policy, rollouts, param_match: str) -> np.ndarray:
 @register("planner", "cures", provenance="CODE+INF",
           summary="CurES: Beta-posterior prompt sampling toward medium difficulty + quotas ∝ sigma_x")
 class CurES(Component):
+    declares = (SetsN(),)
+
     def __init__(self, init_rollouts: int = 4, tau: float = 0.1, alpha_temperature: bool = False,
                  oversample: int = 2, n_lo: int = 2, n_hi: int | None = None, sigma: str = "bernoulli",
                  grad_param: str | None = None):

@@ -30,7 +30,7 @@ import math
 from ..core.registry import register
 from ..core.types import Group, Prompt, Request
 from .base import Component, StepContext
-from .capabilities import Staged
+from .capabilities import SetsN, Staged
 
 
 def _s_and_peak(acc: float, N: int, std: bool) -> tuple[float, float]:
@@ -63,7 +63,7 @@ def schedule_hw(acc: float, N: int, N_max: int, std: bool = False) -> int:
           summary="DARS-ET: second-stage rollouts for low-accuracy prompts (equal treatment)")
 class DARS(Component):
     needs_sampling = True  # a second stage of samples after seeing the first
-    declares = (Staged(),)  # the `more` hook: stages
+    declares = (SetsN(), Staged())  # the `more` hook: stages
     mode = "et"
 
     def __init__(self, n_max: int | None = None, use_std: bool = False, upper: float = 1.0,

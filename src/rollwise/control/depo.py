@@ -41,6 +41,7 @@ import numpy as np
 from ..core.registry import register
 from ..core.types import Batch, Group, Prompt
 from .base import Component, StepContext
+from .capabilities import HoldsBack
 
 
 def explorability(correct: np.ndarray, entropy: np.ndarray, k_neg: float = 1.5, eps: float = 1e-8) -> float:
@@ -63,6 +64,8 @@ def explorability(correct: np.ndarray, entropy: np.ndarray, k_neg: float = 1.5, 
 @register("planner", "depo", provenance="CODE+INF",
           summary="DEPO online: keep the top rho_e by explorability (|A| x entropy history), replay under-explored prompts")
 class DEPO(Component):
+    declares = (HoldsBack(),)
+
     def __init__(self, history_k: int = 3, neg_pos_ratio: float = 1.5, rho0: float = 1.0, decay: float = 0.25,
                  rho_floor: float = 0.4, fill_multiple: int = 1, replay_after: int = 2):
         if history_k < 1 or not 0 < rho_floor <= 1 or fill_multiple < 1 or replay_after < 1:

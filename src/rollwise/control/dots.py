@@ -51,6 +51,7 @@ import numpy as np
 from ..core.registry import register
 from ..core.types import Batch, Group, Prompt, Request, Rollout
 from .base import Component, StepContext
+from .capabilities import HoldsBack, PromptStats
 
 
 def _unit(x: np.ndarray) -> np.ndarray:
@@ -87,6 +88,7 @@ def predict_pass_rate(emb_q: np.ndarray, emb_ref: np.ndarray, y_ref: np.ndarray,
 @register("planner", "dots", provenance="CODE+INF",
           summary="DOTS: attention-predicted pass rate from a rolled-out reference set, pick closest to 0.5; rollout replay")
 class DOTS(Component):
+    declares = (PromptStats(), HoldsBack())
     needs_sampling = True  # the reference set
     needs_policy = True  # prompt embeddings
 

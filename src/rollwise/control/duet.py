@@ -59,7 +59,7 @@ import numpy as np
 from ..core.registry import register
 from ..core.types import Group, Prompt, Request
 from .base import Component, Decision, StepContext
-from .capabilities import Watcher, WaveWatch
+from .capabilities import SetsN, Watcher, WaveWatch
 
 
 def informativeness(last_n, last_correct, age, a0: float, b0: float, decay: float) -> np.ndarray:
@@ -84,6 +84,8 @@ def allocate_counts(u: np.ndarray, budget: int, n_min: int, n_max: int, u_zero: 
 @register("planner", "duet", provenance="ABS+INF",
           summary="DUET (count half): rollouts per prompt by a pre-rollout informativeness score")
 class DUET(Component):
+    declares = (SetsN(),)
+
     def __init__(self, n_min: int = 2, n_max: int | None = None, a0: float = 1.0, b0: float = 1.0,
                  decay: float = 0.99, u_zero: float = 0.1):
         if n_min < 0 or (n_max is not None and n_max < max(n_min, 1)):

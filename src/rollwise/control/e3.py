@@ -50,6 +50,7 @@ import numpy as np
 from ..core.registry import register
 from ..core.types import Batch, Group, Prompt
 from .base import Component, StepContext
+from .capabilities import SetsN
 
 
 def rollout_counts(rank: np.ndarray, total: int, n_min: int, n_max: int, cap: bool = True) -> np.ndarray:
@@ -128,6 +129,8 @@ class TemperatureScheduler:
 @register("planner", "e3", provenance="CODE+INF",
           summary="E3: rank-based rollout counts (hard prompts get more) + entropy-targeting sampling temperature")
 class E3(Component):
+    declares = (SetsN(),)
+
     def __init__(self, n_low: int = 4, n_high: int = 12, n_update: int = 2, epoch_steps: int | None = None,
                  cap: bool = True, t0: float = 1.0, init_steps: int = 1, max_steps: int = 150,
                  annealing: bool = True, annealing_ratio: float = 0.4, annealing_factor: float = 0.9,

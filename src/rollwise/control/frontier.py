@@ -26,11 +26,14 @@ import numpy as np
 from ..core.registry import register
 from ..core.types import Prompt
 from .base import Component, StepContext
+from .capabilities import SetsN
 
 
 @register("planner", "frontier", provenance="ABS+INF",
           summary="Frontier Sampling: draw prompts prop. to s(1-s)+eps, s ~ Beta posterior; more rollouts to the frontier")
 class Frontier(Component):
+    declares = (SetsN(),)
+
     def __init__(self, oversample: int = 4, eps: float = 0.01, reallocate: bool = True,
                  n_min: int | None = None, n_max: int | None = None, prior: str = "total"):
         if oversample < 1 or eps < 0 or prior not in ("total", "last"):

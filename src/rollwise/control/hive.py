@@ -33,11 +33,13 @@ import numpy as np
 from ..core.registry import register
 from ..core.types import Batch, Group, Prompt
 from .base import Component, StepContext
+from .capabilities import PromptStats
 
 
 @register("planner", "hive", provenance="ABS+INF",
           summary="HIVE: history filter (p(1-p) x response entropy) then prompt-entropy ranking / stale pruning")
 class HIVE(Component):
+    declares = (PromptStats(),)
     needs_policy = True  # prompt entropy
 
     def __init__(self, rho1: float = 0.5, p_lo: float = 0.0, p_hi: float = 1.0, delta: float = 0.2,

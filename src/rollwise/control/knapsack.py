@@ -56,6 +56,7 @@ import numpy as np
 from ..core.registry import register
 from ..core.types import Prompt
 from .base import Component, StepContext, refuse_allocators
+from .capabilities import SetsN
 
 
 def value(n, p):
@@ -132,6 +133,8 @@ def allocate_knapsack(p: np.ndarray, ns: np.ndarray, n_min: int, n_max: int, alp
 @register("planner", "knapsack", provenance="CODE+SEC+INF",
           summary="Knapsack-RL: rollouts per prompt by a knapsack on Value(n,p) under the step's rollout budget")
 class KnapsackRL(Component):
+    declares = (SetsN(),)
+
     def __init__(self, n_min: int = 2, n_max: int | None = None, alpha: float = 0.9, fallback: bool = True):
         if n_min < 1 or (n_max is not None and n_max < n_min):
             raise ValueError("knapsack: need 1 <= n_min <= n_max")

@@ -48,6 +48,7 @@ import numpy as np
 from ..core.registry import register
 from ..core.types import Batch, Group, Prompt, Request, Rollout
 from .base import Component, StepContext
+from .capabilities import SetsN
 
 
 # ---- helpers shared by the allocation components (AERO imports this) -------------------------------
@@ -90,6 +91,7 @@ def max_variance_subset(rewards, m: int, rng: np.random.Generator) -> np.ndarray
 @register("planner", "pilot-commit", provenance="CODE+INF",
           summary="Pilot-Commit: cheap pilot rollouts pick informative prompts; commit the bulk to them")
 class PilotCommit(Component):
+    declares = (SetsN(),)
     needs_sampling = True  # pilots: samples that decide which prompts get the commit
 
     def __init__(self, n_pilot: int = 4, n_commit: int = 4, n_pilot_keep: int | None = None,

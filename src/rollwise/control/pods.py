@@ -40,6 +40,7 @@ from __future__ import annotations
 from ..core.registry import register
 from ..core.types import Group, Prompt
 from .base import Component, StepContext, refuse_allocators
+from .capabilities import HoldsBack, SetsN
 from .pilot_commit import max_variance_subset
 
 
@@ -52,6 +53,8 @@ class PODS(Component):
         if n is not None and (n < 1 or (m is not None and n < m)):
             raise ValueError(f"pods: need n >= m >= 2, not n={n}, m={m}")
         self.m, self.n = m, n
+        # with its own n it sets each prompt's n; without, it passes the n it is given on
+        self.declares = (SetsN(),) if n is not None else (HoldsBack(),)
 
     def compose(self, before: list, after: list) -> None:
         """With its own `n`, PODS sets each prompt's n: another component that does too is refused by name

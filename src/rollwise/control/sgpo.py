@@ -32,6 +32,7 @@ import numpy as np
 from ..core.registry import register
 from ..core.types import Prompt, Request
 from .base import Component, StepContext
+from .capabilities import SetsN
 
 
 def group_size(p0: float, g_min: int, g_max: int) -> int:
@@ -44,6 +45,7 @@ def group_size(p0: float, g_min: int, g_max: int) -> int:
 @register("planner", "sgpo", provenance="ABS+INF",
           summary="sGPO: offline pass-rate profile -> filter, group size ceil(1/p), easy->hard order")
 class SGPO(Component):
+    declares = (SetsN(),)
     needs_sampling = True  # the offline profile
 
     def __init__(self, profile_k: int = 4, g_min: int = 2, g_max: int = 16, rho: float = 0.25,

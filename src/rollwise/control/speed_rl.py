@@ -55,11 +55,13 @@ from __future__ import annotations
 from ..core.registry import register
 from ..core.types import Batch, Group, Prompt, Request, Rollout
 from .base import Component, StepContext, refuse_allocators
+from .capabilities import SetsN
 
 
 @register("planner", "speed-rl", provenance="PAPER+INF",
           summary="SPEED-RL: screen candidates with n_init samples, continue only intermediate pass rates")
 class SpeedRL(Component):
+    declares = (SetsN(),)
     needs_sampling = True  # screening samples decide which prompts get the full group
 
     def __init__(self, n_init: int = 4, n_cont: int | None = None, p_low: float = 0.0, p_high: float = 1.0,

@@ -46,6 +46,7 @@ import numpy as np
 from ..core.registry import register
 from ..core.types import Prompt
 from .base import Component, StepContext, refuse_allocators
+from .capabilities import SetsN
 
 
 def gp_success(steps: np.ndarray, correct: np.ndarray, n: np.ndarray, at: float, prior: float, s2: float,
@@ -98,6 +99,8 @@ def allocate_variance(p: np.ndarray, budget: int, n_min: int, n_max: int) -> np.
 @register("planner", "vip", provenance="ABS+SEC+INF",
           summary="VIP: GP-predicted success per prompt, rollouts allocated to minimise gradient variance under the budget")
 class VIP(Component):
+    declares = (SetsN(),)
+
     def __init__(self, n_min: int = 2, n_max: int | None = None, window: int = 8, length_scale: float = 4.0,
                  s2: float = 0.05):
         if n_min < 1 or (n_max is not None and n_max < n_min):

@@ -139,11 +139,6 @@ class PromptHistory:
         was_zv = self.last_zero_variance(v.prompt)
         return {"zv_revisits": int(was_zv.sum()), "zv_revisits_stayed": int((was_zv & v.zero_variance).sum())}
 
-    def mean_pass_rate(self, ids) -> np.ndarray:
-        ids = np.asarray(ids, dtype=np.int64)
-        n = self.total_n[ids]
-        return np.where(n > 0, self.total_correct[ids] / np.maximum(n, 1), np.nan)
-
     def log(self) -> dict[str, np.ndarray]:
         """The visit log, one row per (step, prompt) visit."""
         return {k: v[: self._log_len] for k, v in self._log.items()}

@@ -69,6 +69,11 @@ class Ledger:
         self.prompt_tokens += int(prompt_tokens)
         self.verified_tokens += int(draft_tokens)
 
+    def set_seconds(self, phase: str, seconds: float) -> None:
+        """A phase's wall time measured by a clock of its own (the async loop's training time, which leaves
+        out evaluations and checkpoints), replacing what the ledger's timer summed for it."""
+        self.seconds[phase] = float(seconds)
+
     def charge_scoring(self, prompt_tokens: int) -> None:
         """A prefill-only scoring pass over prompts (HIVE, DOTS)."""
         self.scoring_tokens += int(prompt_tokens)

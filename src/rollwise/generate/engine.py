@@ -59,25 +59,33 @@ the whole budget comes back at once with no new tokens (finish "length"). `keep_
 request only lets an engine keep the row's KV for it (the torch engine's PrefixKV): the samples are
 the same either way.
 
-Optional, declared by having them (the driver refuses a planner that needs one on an engine without it):
+Optional, declared as typed capabilities (generate/capabilities.py) in the engine's `capabilities`
+tuple; the driver reads only the declarations and refuses, by name, a wave that asks for one the engine
+does not declare, and the kit checks each declared one:
 
+  InFlight():
     peek(request_ids)                {request id: [the 1-D LongTensor of tokens each sample has generated
                                      so far, or None for a sample that has stopped]} for those of the
-                                     requests still running (DUET's marker-gated abort needs it)
+                                     requests still running (a watcher reads them)
     stop(request_id, samples, reason)  end these samples of a running request now, keeping their tokens:
                                      reason "stop" ends them as done rows (finish_reason "stop": scored and
                                      trained like an EOS), "pruned" as dropped rows (status and finish_reason
                                      "pruned"; the driver charges their tokens to fate "pruned"). They come
                                      back in the request's Finished event, with its other samples. Another
                                      reason, or a request not running, is a ValueError.
-    drafts = True                    also takes submit(requests, drafter=f): each running row's next tokens
+  Drafts():
+                                     also takes submit(requests, drafter=f): each running row's next tokens
                                      proposed by f(request, sample, tokens_so_far) -> [token ids] are
                                      verified by the policy with exact sampling (the rows keep the plain
                                      decoder's distribution); kept draft tokens are kind "draft" in the row's
                                      lineage and Finished.verified_tokens counts every draft token scored
-    hidden_states = True             also takes submit(requests, hidden=True) and then answers
+  HiddenStates():
+                                     also takes submit(requests, hidden=True) and then answers
                                      peek(request_ids, hidden=True) with a pair (tokens_T, h_D) per running
-                                     sample: the last layer's hidden state at its last token (ARRoL's input)
+                                     sample: the last layer's hidden state at its last token
+
+A new engine-side method is a new EngineCapability: the submit keywords it takes (a component passes
+them in Wave.options), how the driver charges what it reports, and its conformance check.
 
 Engines never touch the ledger: the driver charges what comes back, when it comes back. Engines are
 registered by name (`@register("engine", name, ...)`; `--engine name` or `module:Class`).
@@ -148,7 +156,7 @@ def request_params(req: Request, temperature: float, top_p: float, max_new_token
 
 def run_sync(engine: Engine, requests: list[Request], **submit) -> list[Finished]:
     """Submit all, poll until done; Finished events in request order (ids must be unique). `submit`:
-    the optional submit keywords (drafter=...) of an engine that has them."""
+    the optional submit keywords (drafter=...) of capabilities the engine declares."""
     if not requests:
         return []
     engine.submit(requests, **submit)

@@ -52,14 +52,15 @@ import torch.nn.functional as F
 
 from ..core.registry import register
 from ..core.types import Group, Lineage, Request, Rollout
+from .capabilities import Drafts, HiddenStates, InFlight
 from .continuation import check_request, continued, length_reason, limits, status_of
 from .engine import STOP_REASONS, Finished, request_params
 
 
 @register("engine", "torch", provenance="INF", summary="built-in KV-cache sampler; finished rows leave the batch")
 class TorchEngine:
-    hidden_states = True  # submit(..., hidden=True) / peek(..., hidden=True): the optional hidden-state output
-    drafts = True  # submit(..., drafter=f): the optional speculative decoding (a drafter's tokens verified)
+    # peek/stop; submit(..., hidden=True) / peek(..., hidden=True); submit(..., drafter=f): speculative decoding
+    capabilities = (InFlight(), HiddenStates(), Drafts())
 
     def __init__(self, policy, temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 16,
                  seed: int = 0, max_rows: int = 1024, prefix_kv_rows: int = 256):

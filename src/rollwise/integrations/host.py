@@ -13,8 +13,8 @@ reuse or filtering, so a planner behaves inside TRL or verl as it does in rollwi
 can generate on demand (`sampling=True`) also serves stages (more samples of a prompt already rolled
 out this step, merged into its group by the planner), pilots, profiles and oracle measurements; one
 that can stop single samples in flight (`inflight=True`) gets the round's watcher in `host.watch`
-(DUET's abort; when `host.watch_hidden`, the watcher also reads each running sample's last hidden
-state, ARRoL's input, which a host with `hidden=True` shows it as a pair (tokens_T, h_D)), and sends
+(an abort; when `host.watch_hidden`, the watcher also reads each running sample's last hidden
+state, which a host with `hidden=True` shows it as a pair (tokens_T, h_D)), and sends
 back pruned samples with status "pruned": they leave their groups here, as the StepDriver drops
 them, and are counted as pruned. Components that need what a host cannot serve
 (samples of their own, in-flight control, hidden states, the policy's internals, per-step sampling
@@ -75,7 +75,7 @@ class PlannerHost:
     """One rollwise planner inside a host trainer. `host` names the trainer in refusals.
 
     `prompt_stats(texts) -> (entropy_K, embed_KD)` is the host's prefill-only pass of its policy, when
-    it can serve one (HIVE's prompt entropy); without it, components that read the policy are refused.
+    it can serve one (what a PromptStats component reads); without it, components that read the policy are refused.
     `max_n` is the most samples the host can give one prompt in one round (None: no limit);
     `per_prompt_n=False` refuses components that set group sizes (a host whose groups are fixed).
     Larger requests than `max_n` are capped, and counted in the step's metrics ("capped_requests").
@@ -225,8 +225,8 @@ class PlannerHost:
 
 
 def _refuse_what_hosts_cannot_set(planner: Planner, host: str, per_prompt_n: bool, hidden: bool = False) -> None:
-    """Per-step sampling parameters (E3's temperature), on a fixed-group host group sizes, hidden states
-    in flight (ARRoL) and partial rollouts (APRIL) are not among `Planner.require`'s needs; find them by
+    """Per-step sampling parameters, on a fixed-group host group sizes, hidden states in flight
+    (Watcher(hidden=True)) and partial rollouts (Partial) are not among `Planner.require`'s needs; find them by
     what the component declares or overrides, and refuse by name."""
     probe = StepContext(0, 1, 1, [], None, None, np.random.default_rng(0))
     missing = [f"{c.name} reads hidden states in flight (Watcher(hidden=True)), which this host does not expose"

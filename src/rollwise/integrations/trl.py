@@ -71,6 +71,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from ..control.capabilities import PromptStats, find
 from ..core.types import Group, Prompt, Rollout
 from .host import LazyPool, PlannerHost, StepResult
 
@@ -103,8 +104,6 @@ _LEFT_PADDED = {"prompt_ids", "prompt_mask"}
 _RIGHT_PADDED = {"completion_ids", "completion_mask", "tool_mask", "old_per_token_logps", "ref_per_token_logps",
                  "sampling_per_token_logps", "importance_sampling_ratio"}
 _PER_ROW = {"advantages"}
-# Components whose need for the policy is the prompt_stats prefill pass (served); others read the policy itself.
-PROMPT_STATS_ONLY = {"hive", "dots"}
 
 
 def check_trl(cls: type = GRPOTrainer) -> None:
@@ -189,7 +188,8 @@ class RollwiseGRPOTrainer(GRPOTrainer):
             seed=self.args.seed if planner_seed is None else planner_seed, options=planner_options, max_n=G,
             per_prompt_n=own, prompt_stats=self._rollwise_prompt_stats, sampling=own, inflight=inflight,
             hidden=hidden, policy=_TokenizerView(self._tokenizer))
-        bad = [c.name for c in self.rollwise.planner.components if c.needs_policy and c.name not in PROMPT_STATS_ONLY]
+        # a component whose need for the policy is the prompt_stats prefill pass (declared PromptStats) is served
+        bad = [c.name for c in self.rollwise.planner.components if c.needs_policy and not find([c], PromptStats)]
         if bad:
             raise ValueError(f"{host} cannot run planner {self.rollwise.name!r}: {', '.join(bad)} needs the policy "
                              "itself (per-response gradients), which the integration does not hand to planners")

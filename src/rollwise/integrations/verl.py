@@ -73,6 +73,7 @@ import torch
 from ..control.base import Planner, Wave
 from ..core.ledger import Ledger
 from ..core.types import Group, Prompt, Request
+from ..generate.capabilities import InFlight
 from ..generate.engine import Finished
 from ..run.checkpoint import CKPT_FORMAT, read_checkpoint, to_plain
 from ..run.driver import StepDriver
@@ -477,7 +478,7 @@ class TransferQueueEngine:
     `poll` waits for it in TransferQueue. The watcher runs in verl's agent loops between segments, so
     nothing is running here to peek at: `peek` shows nothing and `stop` is never asked."""
 
-    hidden_states = False
+    capabilities = (InFlight(),)  # peek shows nothing; stop is never asked (module docstring)
 
     def __init__(self, buffer: RollwiseReplayBuffer):
         self.buffer = buffer

@@ -1,7 +1,7 @@
 """In-flight control inside verl: a segmented agent loop and the watcher it consults between segments.
 
 verl's agent loop asks its async rollout server (vLLM or SGLang) for a whole response per session. A
-rollwise Watcher (DUET's abort, `duet-abort`) needs each sample's tokens as they grow and must be able
+rollwise Watcher (token-only, e.g. an abort rule) needs each sample's tokens as they grow and must be able
 to stop or prune single samples. `RollwiseAgentLoop` (registered in verl as "rollwise_segmented")
 therefore generates in segments of `segment_tokens`:
 

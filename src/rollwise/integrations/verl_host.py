@@ -2,17 +2,17 @@
 
 verl's v1 trainer generates through an agent loop that writes every trajectory to TransferQueue. A
 rollwise round becomes a verl generation round (the trainer's `refill_fn`), so a planner may ask for
-samples of its own after seeing results: AR3PO/AERO/DARS stages (more samples of prompts already rolled
-out, merged per prompt), pilots (pilot-commit), profiles (pvpo, sgpo, cures) and the oracle's
-measurements. A Watcher that needs only each sample's tokens (DUET's abort) runs between the segments
+samples of its own after seeing results: stages (Staged: more samples of prompts already rolled
+out, merged per prompt), pilots, profiles and oracle measurements. A Watcher that needs only each
+sample's tokens runs between the segments
 of rollwise's segmented agent loop (integrations/verl_agent_loop.py).
 
 The round itself runs through rollwise's own `StepDriver.generate`, against `TransferQueueEngine`
 (integrations/verl.py), so charges, pruned rows and fates are the driver's code, not a copy of it.
 
-Still refused, by name, at build time: what needs the policy in this process (hive, dots, spec-rl: the
-model lives in verl's remote workers), hidden states in flight (arrol), rows resumed from their own
-tokens (treepo) or carried across steps (april), and per-step or per-request sampling parameters (e3).
+Still refused, by name, at build time: what needs the policy in this process (needs_policy: the model
+lives in verl's remote workers), hidden states in flight (Watcher(hidden=True)), rows resumed from their
+own tokens (Resumable) or carried across steps (Partial), and per-step or per-request sampling parameters.
 """
 from __future__ import annotations
 
@@ -34,8 +34,8 @@ from .host import PlannerHost, _refuse_what_hosts_cannot_set
 class VerlRollout(LightRollout):
     """One agent-loop session as rollwise sees it: its outcome and length (LightRollout), the
     TransferQueue keys of its outputs (`{uid}_{session}_{index}`), what an in-flight watcher attached
-    (`meta`: is_weight), and, once a planner component keeps it beyond its step (AR3PO's stored correct
-    responses, pilot-commit's pilots), `saved`: its fields and tags copied out of TransferQueue before
+    (`meta`: is_weight), and, once a planner component keeps it beyond its step (stored correct
+    responses, committed pilots), `saved`: its fields and tags copied out of TransferQueue before
     verl clears them, so that it can be trained in a later step. A component's state_dict keeps it as
     plain data (`to_state`), its saved fields included, so a checkpoint carries it."""
 

@@ -54,6 +54,7 @@ import math
 import numpy as np
 
 from ..control.base import Component, StepContext
+from ..control.capabilities import HoldsBack
 from ..core.registry import register
 from ..core.types import Batch, Group, Prompt
 from .buffer import effective_entry, entries_from_state, entries_state, fresh_version, replayed_group
@@ -62,6 +63,8 @@ from .buffer import effective_entry, entries_from_state, entries_state, fresh_ve
 @register("planner", "replay", provenance="ABS+SEC+INF",
           summary="Experience replay: part of each batch from a buffer of recent trained groups (own age limit, reuse cap)")
 class ExperienceReplay(Component):
+    declares = (HoldsBack(),)
+
     def __init__(self, fresh: float = 0.5, capacity: int = 256, max_reuse: int = 1, max_age: int = 4):
         if not 0 < fresh <= 1 or capacity < 1 or max_reuse < 1 or max_age < 1:
             raise ValueError(f"replay: need 0 < fresh <= 1, capacity >= 1, max_reuse >= 1 and max_age >= 1, not "

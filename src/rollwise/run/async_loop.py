@@ -44,41 +44,51 @@ import torch
 from ..generate.local_pool import LocalEnginePool
 from ..generate.ray_pool import RayEnginePool
 from .budget import LEARNER_WORK
-from .staleness import StalenessGate
+from ..core.staleness import StalenessGate
+from .driver import StepDriver
 
 
 class AsyncLoop:
-    def __init__(self, trainer):
-        self.tr = tr = trainer
-        cfg = tr.cfg
+    """The asynchronous source of trained steps. `parts`: the run's (run/build.py), of which it uses the
+    planner, ledger, history, scorer, learner's guard, policy and budget; it builds its own worker pool and a
+    StepDriver over it, and replaces nothing. `run`: the Trainer, read for its step count, step contexts,
+    ledger view and resumed state, and asked to save checkpoints (with the pool's streams and the weights
+    the next steps sample from)."""
+
+    def __init__(self, parts, run):
+        self.parts, self.run = parts, run
+        cfg = self.cfg = parts.cfg
         check_async(cfg)
-        self.policy = tr.staleness  # the run's StalenessPolicy: admission, sampling weights, resumed rows
+        self.planner, self.ledger, self.budget = parts.planner, parts.ledger, parts.budget
+        self.policy = parts.staleness  # the run's StalenessPolicy: admission, sampling weights, resumed rows
         self.S = self.policy.max_staleness
-        self.gate = StalenessGate(self.S, version=tr.step)
+        self.gate = StalenessGate(self.S, version=run.step)
+        resumed = run.resumed or {}
         # weights after k steps, kept while a step to come may sample from them (k >= steps done - S)
-        self.weights: dict[int, dict] = dict(getattr(tr, "async_weights", {}) or {})
-        self.weights.setdefault(tr.step, _snapshot(tr.policy))
+        self.weights: dict[int, dict] = dict(resumed.get("async_weights") or {})
+        self.weights.setdefault(run.step, _snapshot(parts.policy))
         kw = dict(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
                   **cfg.engine_options)
         # the Ray workers serve stages, the policy's statistics and refills, not in-flight control (peek/stop)
-        tr.planner.require("--mode async (Ray workers)", sampling=True, policy=True, refill=True)
-        if tr.planner.speculator is not None:  # refused before any worker starts
-            raise ValueError(f"--mode async cannot run {tr.planner.speculator.name}: its verification pass reads "
+        self.planner.require("--mode async (Ray workers)", sampling=True, policy=True, refill=True)
+        if self.planner.speculator is not None:  # refused before any worker starts
+            raise ValueError(f"--mode async cannot run {self.planner.speculator.name}: its verification pass reads "
                              "the sampling weights, which live in the workers; run it with --mode sync")
         if cfg.workers == 0:
-            self.pool = LocalEnginePool(tr.model_path, cfg.engine, kw, seed=cfg.seed)
+            self.pool = LocalEnginePool(parts.model_path, cfg.engine, kw, seed=cfg.seed)
         else:
-            self.pool = RayEnginePool(tr.model_path, cfg.workers, cfg.engine, kw, seed=cfg.seed)
+            self.pool = RayEnginePool(parts.model_path, cfg.workers, cfg.engine, kw, seed=cfg.seed)
         self._loaded: int | None = None  # the version whose weights the workers hold (None: the start's)
-        if getattr(tr, "engine_state", None) and "workers" in tr.engine_state:  # resumed: the workers' streams
-            self.pool.load_state_dict(tr.engine_state)
-        tr.driver.engine = tr.engine = self.pool
-        if tr.planner.needs_policy:  # prompt statistics from a worker (its weights are the sampling ones)
-            tr.driver.policy = _WorkerStats(self.pool, tr.policy)
+        engine_state = resumed.get("engine")
+        if engine_state and "workers" in engine_state:  # resumed: the workers' streams
+            self.pool.load_state_dict(engine_state)
+        # prompt statistics from a worker (its weights are the sampling ones); else the run's policy
+        policy = _WorkerStats(self.pool, parts.policy) if self.planner.needs_policy else parts.policy
+        self.driver = StepDriver(self.pool, parts.ledger, parts.history, parts.scorer, policy)
         self.queue: queue.Queue = queue.Queue(maxsize=self.S + 1)
         self.stop = threading.Event()
         self.saved = threading.Condition()
-        self.saved_step = tr.step  # the last checkpointed step count
+        self.saved_step = run.step  # the last checkpointed step count
         self.error: BaseException | None = None
         self.staleness_hist: dict[int, int] = {}
         # Wall time comparable with the synchronous loop's (training only): elapsed time since the loop
@@ -89,10 +99,10 @@ class AsyncLoop:
 
     # ---- generation thread ------------------------------------------------------------------
     def _generate(self) -> None:
-        tr, cfg = self.tr, self.tr.cfg
+        run, cfg, led = self.run, self.cfg, self.ledger
         try:
-            for t in range(tr.step, cfg.steps):
-                if self.stop.is_set() or tr.budget.exhausted(tr.ledger):
+            for t in range(run.step, cfg.steps):
+                if self.stop.is_set() or self.budget.exhausted(led):
                     break
                 if t % cfg.checkpoint_every == 0 and t > 0:  # a quiescent checkpoint first
                     with self.saved:
@@ -103,14 +113,14 @@ class AsyncLoop:
                 if self._loaded != src:
                     self.pool.update_weights(src, self.weights[src])
                     self._loaded = src
-                ctx = tr.context(t)
-                before = tr.ledger.budget_tokens()
+                ctx = run.context(t)
+                before = led.budget_tokens()
                 with self.quiet:
-                    out = tr.driver.collect(tr.planner, ctx, version=t)
-                tr.planner.observe(out.batch, ctx)
-                self.queue.put((t, ctx, out, tr.ledger_view(), before, tr.ledger.work()))
+                    out = self.driver.collect(self.planner, ctx, version=t)
+                self.planner.observe(out.batch, ctx)
+                self.queue.put((t, ctx, out, run.ledger_view(), before, led.work()))
         except BaseException as e:  # noqa: BLE001 - handed to the learner thread, which re-raises it
-            self.error = tr.sampling_failed(e) if isinstance(e, RuntimeError) else e
+            self.error = run.sampling_failed(e) if isinstance(e, RuntimeError) else e
         finally:
             self.queue.put(None)
 
@@ -120,11 +130,11 @@ class AsyncLoop:
         weights, and yield the trained step (with the learner's own counts as it has them now)."""
         from .loop import TrainedStep
 
-        tr = self.tr
+        run, led = self.run, self.ledger
         gen = threading.Thread(target=self._generate, name="rollwise-generate", daemon=True)
         self._gen = gen
         self.pool.wait_ready()  # worker start-up is not training time (the sync loop builds its engine first)
-        self.wall0 = tr.ledger.seconds.get("step", 0.0)  # a resumed run's training wall time so far
+        self.wall0 = led.seconds.get("step", 0.0)  # a resumed run's training wall time so far
         self.started = time.perf_counter()
         gen.start()
         while True:
@@ -132,25 +142,25 @@ class AsyncLoop:
             if item is None:
                 break
             t, ctx, out, view, before, work = item
-            tr.driver.learn(out, tr.guard)  # non-finite updates undone
-            tr.step = t + 1
-            self.weights[tr.step] = _snapshot(tr.policy)
-            for k in [k for k in self.weights if k < tr.step - self.S]:
+            self.driver.learn(out, self.parts.guard)  # non-finite updates undone
+            step = t + 1
+            self.weights[step] = _snapshot(self.parts.policy)
+            for k in [k for k in self.weights if k < step - self.S]:
                 del self.weights[k]
-            self.gate.publish(tr.step)
+            self.gate.publish(step)
             self.gate.release(t)
             lag = out.staleness.get("staleness_max", 0)
             self.staleness_hist[lag] = self.staleness_hist.get(lag, 0) + 1
             # eval counts and the learner's own counts as the learner (their only writer) has them now, as in
             # the synchronous loop: the generation thread's view of them depended on where evaluations and
             # updates fell between its steps
-            view.update({k: v for k, v in tr.ledger_view().items()
+            view.update({k: v for k, v in run.ledger_view().items()
                          if k in ("tokens_eval", "rollouts_eval", "learner_tokens", "old_logprob_tokens",
                                   "ref_logprob_tokens") or k.startswith("tok/eval/")})
-            learned = tr.ledger.work()
-            spent = tr.budget.spent_of(view["tokens"], {**work, **{k: learned[k] for k in LEARNER_WORK}})
+            learned = led.work()
+            spent = self.budget.spent_of(view["tokens"], {**work, **{k: learned[k] for k in LEARNER_WORK}})
             view["compute"] = spent.compute
-            yield TrainedStep(ctx, out, view, before, spent)
+            yield TrainedStep(ctx, out, view, before, spent, step)
         if self.error is not None:
             raise self.error
 
@@ -170,9 +180,9 @@ class AsyncLoop:
             self.paused_s += time.perf_counter() - t0
 
     def timing(self) -> dict:
-        tr = self.tr
-        tr.ledger.seconds["step"] = self.wall0 + time.perf_counter() - self.started - self.paused_s
-        return {"wall_s": tr.ledger.seconds["step"], "gen_s": tr.ledger.seconds.get("generate", 0.0),
+        led = self.ledger
+        led.set_seconds("step", self.wall0 + time.perf_counter() - self.started - self.paused_s)
+        return {"wall_s": led.seconds["step"], "gen_s": led.seconds.get("generate", 0.0),
                 "worker_restarts": self.pool.restarts}
 
     def checkpoint(self) -> None:
@@ -197,16 +207,16 @@ class AsyncLoop:
     def _checkpoint(self) -> None:
         """Save once generation has caught up with the learner (nothing in flight), with the weights the
         next S steps sample from."""
-        tr = self.tr
-        tr.async_weights = {k: v for k, v in self.weights.items() if k > tr.step - self.S - 1}
-        tr.save_checkpoint()
+        step = self.run.step
+        self.run.save_checkpoint(engine_state=self.pool.state_dict(),
+                                 extra={"async_weights": {k: v for k, v in self.weights.items() if k > step - self.S - 1}})
         with self.saved:
-            self.saved_step = tr.step
+            self.saved_step = step
             self.saved.notify_all()
 
 
 class _WorkerStats:
-    """What the driver needs of a policy for HIVE/DOTS: prompt statistics from a worker, the tokenizer here."""
+    """What the driver needs of a policy for PromptStats components: prompt statistics from a worker, the tokenizer here."""
 
     def __init__(self, pool, policy):
         self.pool, self.encode = pool, policy.encode

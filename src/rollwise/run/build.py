@@ -1,13 +1,110 @@
-"""What a run is built from, checked before any work: its policy, its prompts against that policy, its
-reward scorer and its engine."""
+"""What a run is built from, checked before any work: `build_run(cfg) -> Parts` builds every part once (the
+task and its prompts, the policy checked against them, the engine, learner, planner, ledger, history, budget,
+scorer and step driver) and hands them to whoever runs them: the Trainer and its sources of steps (the
+synchronous loop, the async loop) take parts, never build or replace each other's.
+
+Where later parts go: a deployment mode is a source of steps built from these Parts (run/loop.py
+`Trainer.source`); an engine-side method is an engine capability (generate/capabilities.py) and never
+needs a part of its own here.
+"""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import numpy as np
+import torch
+
+from ..control.base import Planner, build_planner
 from ..core import registry
+from ..core.history import PromptHistory
+from ..core.ledger import Ledger
+from ..core.staleness import StalenessPolicy
+from ..learn.learner import Learner
 from ..policy.policy import Policy
+from ..policy.warmstart import base_checkpoint
 from ..tasks.reward import Scorer, builtin_reward
-from .config import Config
+from ..tasks.shaping import ShapedScorer, build_shaping
+from .budget import Budget
+from .config import Config, resolve_device, validate
+from .driver import StepDriver
+from .evaluate import check_finite_weights
+from .guard import FiniteGuard
+
+
+@dataclass
+class Parts:
+    """Everything a run is made of, built once by `build_run` (in this order: the random draws of a run
+    depend on it). `engine` and `driver` are the synchronous loop's; the async loop builds its worker pool
+    and a driver over it from these parts, and replaces nothing here."""
+
+    cfg: Config
+    task: Any
+    pool: list
+    heldout: list
+    model_path: Any
+    device: Any
+    policy: Policy
+    engine: Any
+    learner: Learner
+    history: PromptHistory
+    ledger: Ledger
+    rng: np.random.Generator
+    staleness: StalenessPolicy
+    planner: Planner
+    budget: Budget
+    scorer: Any
+    driver: StepDriver
+    guard: FiniteGuard
+
+
+def build_run(cfg: Config, log=print) -> Parts:
+    """Every part of a training run from its config, checked before any work (one-line errors naming the
+    task, the model or the prompt)."""
+    validate(cfg)  # a config built in code gets the same checks as one loaded from a file
+    torch.manual_seed(cfg.seed)
+    task = registry.get("task", cfg.task).obj(**cfg.task_options)
+    pool, heldout = task.train_pool(), task.heldout()
+    for note in getattr(task, "notes", lambda: [])():  # e.g. a file task's rows dropped, and why
+        log(f"task: {note}")
+    if not pool:
+        raise ValueError(f"task {cfg.task!r}: the train pool is empty")
+    if cfg.eval_size:
+        heldout = heldout[: cfg.eval_size]
+    if (cfg.eval_every or cfg.eval_every_tokens) and not heldout:
+        raise ValueError(f"task {cfg.task!r}: no held-out prompts to evaluate on (set eval_every=0 and "
+                         "eval_every_tokens=0 to train without evaluation)")
+    model_path = cfg.model or base_checkpoint(task, cfg.warmstart, log=log)
+    device = resolve_device(cfg.device)  # the learner and a torch engine run here (config.device)
+    policy = load_policy(model_path).to(device)
+    if hasattr(task, "use_tokenizer"):  # a chat model's template (the file task): prompts change
+        task.use_tokenizer(policy.tokenizer)
+        pool, heldout = task.train_pool(), task.heldout()[: cfg.eval_size or None]
+    try:
+        check_finite_weights(policy)
+    except ValueError as e:
+        raise ValueError(f"model {model_path}: {e}") from None
+    check_prompts(task, pool, heldout, policy, cfg)
+    if cfg.mode == "async" and cfg.learner.correction == "none" and "correction" not in cfg.explicit:
+        cfg.learner.correction = "areal-decoupled"  # stale tokens need a correction (run/async_loop.py)
+    ref = load_policy(model_path).to(device) if cfg.learner.kl_coef > 0 else None
+    engine = build_trainer_engine(cfg, policy)
+    learner = Learner(policy, cfg.learner, ref, seed=cfg.seed)
+    history = PromptHistory(len(pool))
+    rng = np.random.default_rng(cfg.seed)
+    staleness = StalenessPolicy.for_run(cfg.mode, cfg.max_staleness)  # the run's one bound
+    planner = build_planner(cfg.planner, len(pool), rng, cfg.planner_options, staleness)
+    # a drafting component's draft tokens are weighed in decoded-token units (its Speculator declaration)
+    ledger = Ledger() if planner.draft_cost is None else Ledger(draft_cost=planner.draft_cost)
+    budget = Budget.from_config(cfg)  # what ends the run and spaces its evaluations
+    scorer = reward_scorer(cfg, task)
+    if cfg.reward_shaping:  # e.g. an overlong penalty, added after scoring (tasks/shaping.py)
+        scorer = ShapedScorer(scorer, build_shaping(cfg.reward_shaping, cfg.reward_shaping_options, cfg.max_new_tokens))
+    driver = StepDriver(engine, ledger, history, scorer, policy)
+    guard = FiniteGuard(learner, policy)
+    return Parts(cfg, task, pool, heldout, model_path, device, policy, engine, learner, history, ledger, rng,
+                 staleness, planner, budget, scorer, driver, guard)
 
 
 def run_model(path):

@@ -43,7 +43,7 @@ class Config:
     workers: int = setting(1, "async: rollout workers (Ray actors), each with its own engine and policy copy; "
                               "0: one worker in this process, without Ray")
     max_staleness: int | None = setting(None, "the bound on a trained token's age in policy updates "
-                                              "(run/staleness.py): async mode always (1 when unset); the sync "
+                                              "(core/staleness.py): async mode always (1 when unset); the sync "
                                               "loop only when set (it then bounds resumed partial rows)")
     engine_options: dict = setting(help="extra keyword arguments for the engine", factory=dict)
     device: str = setting("cpu", "where the learner and the torch engine run: cpu, cuda, cuda:N, auto (cuda if "

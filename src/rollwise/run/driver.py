@@ -15,7 +15,7 @@ the tests (scripted engines, fake learners) all run a step through `StepDriver.r
 The driver is the only writer of the ledger: it charges every engine result as it comes back and
 settles every rollout's fate once the batch is known. Planners edit groups; the driver charges the
 edits (a rollout of this step that is not in the batch was discarded). Samples pruned in flight (a
-wave's watcher: DUET, ARRoL) are settled as "pruned" as soon as they come back and leave their groups.
+wave's watcher) are settled as "pruned" as soon as they come back and leave their groups.
 """
 from __future__ import annotations
 
@@ -27,8 +27,9 @@ from ..control.base import Assembled, Decision, Planner, StepContext, Wave
 from ..core.history import GroupStats, PromptHistory
 from ..core.ledger import Ledger
 from ..core.types import Batch, Group, Request
+from ..generate.capabilities import InFlight, require, serving
 from ..generate.engine import Finished, run_sync
-from .staleness import lag_metrics
+from ..core.staleness import lag_metrics
 
 
 NOT_TRAINED = {"train": "discarded", "pilot": "scored", "profile": "scored", "oracle": "scored", "eval": "scored"}
@@ -66,20 +67,25 @@ class StepDriver:
         for i, r in enumerate(requests, self._next_id):
             r.id = i
         self._next_id += len(requests)
-        drafter = wave.drafter if wave is not None else None
-        if drafter is not None and not getattr(self.engine, "drafts", False):
-            raise ValueError(f"engine {type(self.engine).__name__} does not verify drafts (the Engine protocol's "
-                             "optional submit(requests, drafter=...)), which this planner needs")
+        # what the wave asks of the engine beyond the protocol, refused by name before any submit when the
+        # engine does not declare it (generate/capabilities.py)
+        options = dict(wave.options) if wave is not None else {}
+        if wave is not None and wave.watch is not None:
+            require(self.engine, InFlight)
+        if wave is not None and wave.hidden:
+            options["hidden"] = True
+        used = serving(self.engine, options) if options else []
         with self.ledger.timer("generate"):
             if wave is None or (wave.enough is None and wave.watch is None):
-                events = self._run_sync(requests, drafter)
+                events = self._run_sync(requests, options)
                 groups = [e.group for e in events]
                 self._score(groups)
             else:
-                events = self._stepwise(requests, wave.enough, wave.watch, wave.hidden)
+                events = self._stepwise(requests, wave.enough, wave.watch, options)
                 groups = [e.group for e in events]
         self.ledger.charge(groups, sum(e.prompt_tokens for e in events))
-        self.ledger.verified_tokens += sum(e.verified_tokens for e in events)  # drafts scored in the engine (DAS)
+        for cap in used:  # what the engine reported for a capability the wave used (Drafts: tokens verified)
+            cap.charge(self.ledger, events)
         if wave is not None and wave.watch is not None:  # only a watcher's Decisions prune samples
             self._drop_pruned(groups)
         self._generated += groups
@@ -94,10 +100,9 @@ class StepDriver:
                 self.ledger.settle([Group(g.prompt, pruned)], "open", "pruned")
                 g.rollouts = [r for r in g.rollouts if r.status != "pruned"]
 
-    def _run_sync(self, requests: list[Request], drafter=None) -> list[Finished]:
-        """run_sync, except that a request whose prefix is already a finished response (a draft that
-        SPEC-RL accepted whole) asks the engine for nothing: it comes back as that response."""
-        submit = {} if drafter is None else {"drafter": drafter}
+    def _run_sync(self, requests: list[Request], submit: dict) -> list[Finished]:
+        """run_sync, except that a request whose prefix is already a finished response (a draft a
+        speculator accepted whole) asks the engine for nothing: it comes back as that response."""
         whole = [r.prefix is not None and r.prefix.status == "done" for r in requests]
         if not any(whole):
             return run_sync(self.engine, requests, **submit)
@@ -113,23 +118,16 @@ class StepDriver:
             else:  # partial rows have no answer yet: their reward comes when they finish
                 self.scorer.score([Group(g.prompt, [r for r in g.rollouts if r.status == "done"]) for g in groups])
 
-    def _stepwise(self, requests: list[Request], enough, watch, hidden: bool = False) -> list[Finished]:
+    def _stepwise(self, requests: list[Request], enough, watch, submit: dict) -> list[Finished]:
         """Poll a few decode steps at a time; once `enough` of the finished requests are in, abort the
-        rest (APRIL): their partial rows come back with their tokens and log-probs. With a `watch`, poll
-        one step at a time and show it every running sample's tokens (with `hidden`, also its last-layer
-        hidden state): its Decisions stop samples (so a stop lands on the exact token) and give rollouts
-        importance weights and meta entries."""
+        rest (partial rollouts): their partial rows come back with their tokens and log-probs. With a
+        `watch`, poll one step at a time and show it every running sample's tokens (with submit option
+        `hidden`, also its last-layer hidden state): its Decisions stop samples (so a stop lands on the
+        exact token) and give rollouts importance weights and meta entries. `submit`: the engine's submit
+        options (checked against its capabilities by `generate`)."""
         eng = self.engine
-        if watch is not None and not callable(getattr(eng, "peek", None)):
-            raise ValueError(f"engine {type(eng).__name__} does not offer in-flight control of single samples "
-                             "(the Engine protocol's optional peek/stop), which this planner needs")
-        if hidden and not getattr(eng, "hidden_states", False):
-            raise ValueError(f"engine {type(eng).__name__} does not expose hidden states in flight (the Engine "
-                             "protocol's optional submit/peek with hidden=True), which this planner needs")
-        if hidden:
-            eng.submit(requests, hidden=True)
-        else:  # the plain call: engines without hidden states need not take the keyword
-            eng.submit(requests)
+        hidden = bool(submit.get("hidden"))
+        eng.submit(requests, **submit)  # the plain call without options: engines need not take the keywords
         index = {r.id: i for i, r in enumerate(requests)}
         done: dict[int, Finished] = {}
         finished: dict[int, Group] = {}
@@ -172,7 +170,7 @@ class StepDriver:
             self.engine.stop(request_id, [d.sample], d.action)
 
     def score_drafts(self, prompt_ids: list[list[int]], drafts_T: list, temperatures: list[float]):
-        """SPEC-RL's verification: one prefill of the current policy over prompt + draft for every row.
+        """A speculator's verification (ctx.score_drafts): one prefill of the current policy over prompt + draft for every row.
         Returns the per-token log-probs and entropies of the draft tokens and the policy's version;
         charges the prompt tokens and every draft token scored (the budget weights those by the
         prefill/decode cost ratio, accepted or not)."""
@@ -186,7 +184,7 @@ class StepDriver:
                 self.policy.version)
 
     def prompt_stats(self, texts: list[str]):
-        """The policy's prefill-only prompt statistics (HIVE, DOTS), their prompt tokens charged as scoring."""
+        """The policy's prefill-only prompt statistics (ctx.prompt_stats), their prompt tokens charged as scoring."""
         ent, emb = self.policy.prompt_stats(texts)
         try:
             tokens = sum(len(self.policy.encode(t)) for t in texts)

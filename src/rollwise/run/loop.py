@@ -29,30 +29,19 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 from tqdm import tqdm
 
-from ..control.base import StepContext, build_planner
-from ..core import registry
-from ..core.history import PromptHistory
-from ..core.ledger import Ledger
-from ..learn.learner import Learner
-from ..policy.warmstart import base_checkpoint
-from ..tasks.shaping import ShapedScorer, build_shaping
-from .config import Config, config_changes, resolve_device, validate, RESUME_MAY_CHANGE
-from .driver import StepDriver
+from ..control.base import StepContext
+from .config import Config, config_changes, RESUME_MAY_CHANGE
 from .evaluate import check_finite_weights, evaluate
 from . import resume, rundir
-from .budget import Budget
-from .build import build_trainer_engine, check_prompts, load_policy, reward_scorer
+from .build import Parts, build_run, build_trainer_engine
 from .checkpoint import CKPT, CKPT_FORMAT, CheckpointWriteError, read_checkpoint, recover, save_unit, to_cpu, to_plain
-from .guard import FiniteGuard
 from .loggers import open_loggers
 from .progress import Heartbeat
 from .records import finite_row, ledger_view, rows_upto, step_row, write_atomic, write_rows
 from .rundir import OutLock, read_run_config
-from .staleness import StalenessPolicy
 from .stall import StallWatch
 
 
@@ -61,53 +50,20 @@ class RunStopped(RuntimeError):
 
 
 class Trainer:
-    def __init__(self, cfg: Config, log=print, allow_config_change: bool = False):
-        validate(cfg)  # a config built in code gets the same checks as one loaded from a file
-        self.cfg, self.log, self.allow_config_change = cfg, log, allow_config_change
+    """A run: its one schedule over a source of trained steps. Its parts are built by `build_run(cfg)` (or
+    handed in, `parts=`) and never replaced: the async loop builds its own worker pool and driver from them."""
+
+    def __init__(self, cfg: Config, log=print, allow_config_change: bool = False, parts: Parts | None = None):
+        parts = parts if parts is not None else build_run(cfg, log)
+        self.parts, self.cfg, self.log, self.allow_config_change = parts, cfg, log, allow_config_change
         self.out = Path(cfg.out)
-        torch.manual_seed(cfg.seed)
-        self.task = registry.get("task", cfg.task).obj(**cfg.task_options)
-        self.pool, self.heldout = self.task.train_pool(), self.task.heldout()
-        for note in getattr(self.task, "notes", lambda: [])():  # e.g. a file task's rows dropped, and why
-            log(f"task: {note}")
-        if not self.pool:
-            raise ValueError(f"task {cfg.task!r}: the train pool is empty")
-        if cfg.eval_size:
-            self.heldout = self.heldout[: cfg.eval_size]
-        if (cfg.eval_every or cfg.eval_every_tokens) and not self.heldout:
-            raise ValueError(f"task {cfg.task!r}: no held-out prompts to evaluate on (set eval_every=0 and "
-                             "eval_every_tokens=0 to train without evaluation)")
-        model_path = self.model_path = cfg.model or base_checkpoint(self.task, cfg.warmstart, log=log)
-        self.device = resolve_device(cfg.device)  # the learner and a torch engine run here (config.device)
-        self.policy = load_policy(model_path).to(self.device)
-        if hasattr(self.task, "use_tokenizer"):  # a chat model's template (the file task): prompts change
-            self.task.use_tokenizer(self.policy.tokenizer)
-            self.pool, self.heldout = self.task.train_pool(), self.task.heldout()[: cfg.eval_size or None]
-        try:
-            check_finite_weights(self.policy)
-        except ValueError as e:
-            raise ValueError(f"model {model_path}: {e}") from None
-        check_prompts(self.task, self.pool, self.heldout, self.policy, cfg)
-        if cfg.mode == "async" and cfg.learner.correction == "none" and "correction" not in cfg.explicit:
-            cfg.learner.correction = "areal-decoupled"  # stale tokens need a correction (run/async_loop.py)
-        ref = load_policy(model_path).to(self.device) if cfg.learner.kl_coef > 0 else None
-        self.engine = build_trainer_engine(cfg, self.policy)
-        self.learner = Learner(self.policy, cfg.learner, ref, seed=cfg.seed)
-        self.history, self.ledger = PromptHistory(len(self.pool)), Ledger()
-        self.rng = np.random.default_rng(cfg.seed)
-        self.planner = build_planner(cfg.planner, len(self.pool), self.rng, cfg.planner_options)
-        self.staleness = StalenessPolicy.for_run(cfg.mode, cfg.max_staleness)  # the run's one bound
-        self.budget = Budget.from_config(cfg)  # what ends the run and spaces its evaluations
-        self.planner.staleness = self.staleness
-        if self.planner.draft_cost is not None:  # SPEC-RL's draft tokens, in decoded-token units
-            self.ledger.draft_cost = self.planner.draft_cost
-        self.scorer = reward_scorer(cfg, self.task)
-        if cfg.reward_shaping:  # e.g. DAPO's overlong penalty, added after scoring (tasks/shaping.py)
-            self.scorer = ShapedScorer(self.scorer, build_shaping(cfg.reward_shaping, cfg.reward_shaping_options,
-                                                                  cfg.max_new_tokens))
-        self.driver = StepDriver(self.engine, self.ledger, self.history, self.scorer, self.policy)
-        self.guard = FiniteGuard(self.learner, self.policy)
+        self.task, self.pool, self.heldout = parts.task, parts.pool, parts.heldout
+        self.model_path, self.device, self.policy = parts.model_path, parts.device, parts.policy
+        self.engine, self.learner, self.history, self.ledger = parts.engine, parts.learner, parts.history, parts.ledger
+        self.rng, self.staleness, self.planner, self.budget = parts.rng, parts.staleness, parts.planner, parts.budget
+        self.scorer, self.driver, self.guard = parts.scorer, parts.driver, parts.guard
         self.step = 0
+        self.resumed: dict = {}  # what a checkpoint held for a source of steps: "engine", "async_weights"
         self.skip_streak = 0  # steps in a row undone for a non-finite loss, gradient or weight
         self._scorer_seen = (0, 0)  # reward errors and scores at the last metrics row
         self._step_reward_failures = (0, 0)  # the last step's failed and scored rollouts
@@ -129,7 +85,7 @@ class Trainer:
         except RuntimeError as e:
             raise self.sampling_failed(e) from None
         self.step += 1
-        return TrainedStep(ctx, out, self.ledger_view(), tokens_before, self.budget.spent(self.ledger))
+        return TrainedStep(ctx, out, self.ledger_view(), tokens_before, self.budget.spent(self.ledger), self.step)
 
     def sampling_failed(self, e: RuntimeError) -> Exception:
         """torch's multinomial on non-finite probabilities is a stop with a reason, not a crash."""
@@ -150,8 +106,8 @@ class Trainer:
         """One metrics.jsonl row for a trained step (records.step_row, shared with the simulator)."""
         self._warn_reward_failures(ctx.step + 1)
         self.skip_streak = self.skip_streak + 1 if out.stats.get("skipped") else 0
-        # the groups that train (a planner may rebuild them in `finish`: speed-rl's screen + continuation, PODS'
-        # subsets), or, when none train, the groups generated (DAPO filtered them all)
+        # the groups that train (a planner may rebuild them in `finish`: continuations, subsets), or, when none
+        # train, the groups generated (a filter refused them all)
         self._warn_no_variance(ctx.step + 1, list(out.batch.groups) or list(ctx.groups.values()))
         return step_row(ctx, out, view, tokens_before,
                         extra={"reward_errors": self.scorer.errors, "skipped_steps": self.guard.skipped})
@@ -219,13 +175,16 @@ class Trainer:
         evals = cfg.eval_every or cfg.eval_every_tokens or cfg.eval_every_compute
         if self.step == 0 and evals:
             rows.append(self._log_row({"step": 0, "tokens": 0, **self._evaluate()}, metrics_file))
-        if cfg.mode == "async":
+        return self._schedule(self.source(), rows, metrics_file, evals)
+
+    def source(self):
+        """The source of trained steps for the schedule, by the run's mode, built from the run's parts (a
+        deployment mode is one more branch here and a class with SyncSteps' five methods)."""
+        if self.cfg.mode == "async":
             from .async_loop import AsyncLoop
 
-            source = AsyncLoop(self)
-        else:
-            source = SyncSteps(self)
-        return self._schedule(source, rows, metrics_file, evals)
+            return AsyncLoop(self.parts, self)
+        return SyncSteps(self.parts, self)
 
     def _schedule(self, source, rows: list[dict], metrics_file: Path, evals) -> list[dict]:
         """The one schedule of a run, whoever produces its steps (SyncSteps, or the async loop's learner):
@@ -237,6 +196,7 @@ class Trainer:
         before = self.budget.spent(self.ledger)
         try:
             for done in source.steps():
+                self.step = done.step  # the schedule's count: steps trained so far
                 row = self.step_row(done.ctx, done.out, done.view, done.tokens_before)
                 last = self.step >= cfg.steps or self.budget.exhausted_at(done.spent)
                 if evals and (last or self._eval_due(before, done.spent)):
@@ -327,7 +287,10 @@ class Trainer:
         return row
 
     # ---- checkpoints: everything needed to continue exactly ---------------------------------
-    def save_checkpoint(self) -> None:
+    def save_checkpoint(self, engine_state: dict | None = None, extra: dict | None = None) -> None:
+        """Save the run. `engine_state`: the sampling side's random streams when a source of steps samples
+        with engines of its own (the async loop's workers; default: the run's engine); `extra`: further
+        entries it needs to continue exactly (the async loop's weights), saved when not empty."""
         try:  # never persist a broken model (the guard makes this a last line of defence)
             check_finite_weights(self.policy)
         except ValueError as e:
@@ -336,14 +299,16 @@ class Trainer:
             "format": CKPT_FORMAT, "config": json.dumps(self.cfg.to_dict(), default=str),
             "step": self.step, "policy_version": self.policy.version,
             "model": self.policy.model.state_dict(), "learner": self.learner.state_dict(),
-            "engine": self.engine.state_dict(), "torch_rng": torch.get_rng_state(),
+            "engine": self.engine.state_dict() if engine_state is None else engine_state,
+            "torch_rng": torch.get_rng_state(),
             "numpy_rng": self.rng.bit_generator.state, "python_rng": random.getstate(),
             "planner": self.planner.state_dict(), "history": self.history.state_dict(),
             "ledger": self.ledger.state_dict(), "scorer_errors": self.scorer.errors,
             "scorer_scored": self.scorer.scored, "skipped_steps": self.guard.skipped, "skip_streak": self.skip_streak,
         }
-        if getattr(self, "async_weights", None):  # async: the weights the next steps sample from
-            state["async_weights"] = self.async_weights
+        for k, v in (extra or {}).items():  # async: the weights the next steps sample from
+            if v:
+                state[k] = v
         if self.policy.device.type != "cpu":  # a checkpoint holds CPU tensors: it loads on any device
             state = to_cpu(state)
         try:  # checkpoint.pt and model/ as one unit; a full disk: a stop with the reason, the previous one kept
@@ -372,11 +337,10 @@ class Trainer:
             check_finite_weights(self.policy)
             self.learner.load_state_dict(s["learner"])
             resume.apply_optimizer_settings(self.learner.opt, self.cfg.learner)  # an allowed new lr applies
-            self.engine_state = s["engine"]
+            self.resumed = {"engine": s["engine"], "async_weights": s.get("async_weights")}
             if self.cfg.mode == "sync":  # (async: the worker pool takes it when it starts)
-                self.engine.load_state_dict(self.engine_state)
+                self.engine.load_state_dict(s["engine"])
                 self.engine.update_weights(self.policy.version)
-            self.async_weights = s.get("async_weights")
             torch.set_rng_state(s["torch_rng"])
             self.rng.bit_generator.state = s["numpy_rng"]
             random.setstate(s["python_rng"])
@@ -403,31 +367,33 @@ class TrainedStep:
     view: dict
     tokens_before: int
     spent: object  # run/budget.py Spent
+    step: int  # steps trained once this one is (the schedule's count)
 
 
 class SyncSteps:
     """The synchronous source of steps: Control, Generate and Learn, one step at a time (the driver's
-    run_step), timed as training; evaluations and checkpoints pause nothing."""
+    run_step, through `run.one_step`), timed as training; evaluations and checkpoints pause nothing.
+    `parts`: the run's; `run`: the Trainer, for its step count, its steps and its checkpoints (read, never
+    rewired)."""
 
-    def __init__(self, tr: "Trainer"):
-        self.tr = tr
+    def __init__(self, parts: Parts, run: "Trainer"):
+        self.ledger, self.budget, self.steps_total, self.run = parts.ledger, parts.budget, parts.cfg.steps, run
 
     def steps(self):
-        tr = self.tr
-        while tr.step < tr.cfg.steps and not tr.budget.exhausted(tr.ledger):
-            with tr.ledger.timer("step"):
-                done = tr.one_step()
+        while self.run.step < self.steps_total and not self.budget.exhausted(self.ledger):
+            with self.ledger.timer("step"):
+                done = self.run.one_step()
             yield done
 
     def paused(self):
         return contextlib.nullcontext()
 
     def timing(self) -> dict:
-        led = self.tr.ledger
+        led = self.ledger
         return {"wall_s": led.seconds["step"], "gen_s": led.seconds.get("generate", 0.0)}  # eval excluded
 
     def checkpoint(self) -> None:
-        self.tr.save_checkpoint()
+        self.run.save_checkpoint()
 
     def close(self) -> None:
         pass

@@ -27,12 +27,15 @@ Checks (each names its rule in the message):
                  segment budgets stop rows as partials whose greedy continuation, with or without
                  keep_kv, is the uninterrupted greedy row; a prefix that used the budget adds nothing;
                  n != 1 with a prefix is refused
-  declared       "inflight" (peek and stop methods): peek shows each running sample's tokens, stop
-                 ends samples as "stop"/"pruned" rows holding exactly those tokens; "hidden_states"
-                 (hidden_states = True): submit(hidden=True)/peek(hidden=True) give a 1-D hidden state
-                 per running sample and the same samples as without; "drafts" (drafts = True):
-                 submit(drafter=f) gives greedy rows identical to plain ones whatever f proposes, kept
-                 draft tokens of kind "draft" and Finished.verified_tokens >= the tokens kept
+  declared       the engine's typed capabilities (`capabilities = (InFlight(), ...)`,
+                 rollwise.generate.capabilities): each one's methods exist and its submit keywords are
+                 taken ("declared capabilities"), then each one's own check: InFlight ("inflight"): peek
+                 shows each running sample's tokens, stop ends samples as "stop"/"pruned" rows holding
+                 exactly those tokens; HiddenStates ("hidden_states"): submit(hidden=True)/peek(hidden=True)
+                 give a 1-D hidden state per running sample and the same samples as without; Drafts
+                 ("drafts"): submit(drafter=f) gives greedy rows identical to plain ones whatever f
+                 proposes, kept draft tokens of kind "draft" and Finished.verified_tokens >= the tokens
+                 kept. A capability defined elsewhere (a third party's) is checked by its own `check`.
 
 update_weights is checked by changing the policy's weights in place (as the learner does) and putting
 them back afterwards. The checks take seconds on the tiny model; an engine whose numerics differ
@@ -42,14 +45,16 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import inspect
 
 import torch
 
 from ..core.types import Prompt, Request, SamplingParams
+from ..generate import capabilities as engine_caps
 from ..generate.continuation import FINISH_STATUS
 from ..generate.engine import Finished, number
 
-CAPABILITIES = ("inflight", "hidden_states", "drafts")  # the optional parts of the protocol
+CAPABILITIES = ("inflight", "hidden_states", "drafts")  # the optional parts of the protocol rollwise ships
 PROMPTS = (Prompt(0, "12+3=", "15"), Prompt(1, "100+250=", "350"), Prompt(2, "7=", "7"))
 MAX_NEW = 8  # the engines' max_new_tokens unless a check says otherwise
 
@@ -57,18 +62,24 @@ MAX_NEW = 8  # the engines' max_new_tokens unless a check says otherwise
 def check_engine(make_engine, *, policy=None, capabilities=None, prompts=None, logprob_tol: float | None = 1e-4
                  ) -> list[str]:
     """Run the conformance checks (module docstring) on engines from `make_engine`; returns the names
-    of the checks that ran. `capabilities`: the optional parts to check (default: those the engine
-    declares, by having peek/stop and `hidden_states = True`); `prompts`: Prompts the policy can encode
+    of the checks that ran. `capabilities`: the optional parts to check, by name or EngineCapability class
+    (default: every one the engine declares in `capabilities`); `prompts`: Prompts the policy can encode
     (default: three short sums, in any character tokenizer)."""
     kit = _Kit(make_engine, policy, tuple(prompts or PROMPTS), logprob_tol)
     first = kit.engine()
-    caps = declared(first) if capabilities is None else set(capabilities)
-    unknown = caps - set(CAPABILITIES)
-    if unknown:
-        raise ValueError(f"check_engine: unknown capabilities {sorted(unknown)} (known: {', '.join(CAPABILITIES)})")
-    for cap in sorted(caps - declared(first)):
-        _fail("capabilities", f"{cap!r} is claimed but the engine does not declare it "
-                              "(peek and stop methods; hidden_states = True; drafts = True)")
+    have = {type(c): c for c in engine_caps.declared(first)}
+    if capabilities is None:
+        kinds = list(have)
+    else:
+        known = engine_caps.known()
+        unknown = sorted(c for c in capabilities if isinstance(c, str) and c not in known)
+        if unknown:
+            raise ValueError(f"check_engine: unknown capabilities {unknown} (known: {', '.join(known)})")
+        kinds = [known[c] if isinstance(c, str) else c for c in capabilities]
+    for kind in kinds:
+        if kind not in have:
+            _fail("capabilities", f"{kind.name or kind.__name__!r} is claimed but the engine does not declare it "
+                                  f"(capabilities = ({kind.__name__}(), ...))")
     checks = [("requests and groups", lambda: kit.groups(first)), ("abort of a queued request", kit.abort_queued),
               ("seeded determinism", kit.determinism)]
     if policy is not None:
@@ -78,27 +89,21 @@ def check_engine(make_engine, *, policy=None, capabilities=None, prompts=None, l
         checks += [("update_weights", kit.update_weights), ("state_dict round trip", kit.state_round_trip),
                    ("abort of a running request", kit.abort_running),
                    ("segment budgets and continuations", kit.segments)]
-    if "inflight" in caps:
-        checks.append(("peek and stop", kit.inflight))
-    if "hidden_states" in caps:
-        checks.append(("hidden states", kit.hidden))
-    if "drafts" in caps and policy is not None:
-        checks.append(("drafts", kit.drafts))
+    if kinds:
+        checks.append(("declared capabilities", lambda: kit.declarations(first, [have[k] for k in kinds])))
+    order = {name: i for i, name in enumerate(CAPABILITIES)}  # rollwise's own first, in a fixed order
+    for kind in sorted(kinds, key=lambda k: order.get(k.name, len(order))):
+        if kind.needs_policy and policy is None:
+            continue
+        checks.append((kind.title or kind.__name__, lambda cap=have[kind]: cap.check(kit)))
     for _, run in checks:
         run()
     return [name for name, _ in checks]
 
 
 def declared(engine) -> set[str]:
-    """The optional capabilities an engine declares, read the way the step driver reads them."""
-    caps = set()
-    if callable(getattr(engine, "peek", None)) and callable(getattr(engine, "stop", None)):
-        caps.add("inflight")
-    if getattr(engine, "hidden_states", False):
-        caps.add("hidden_states")
-    if getattr(engine, "drafts", False):
-        caps.add("drafts")
-    return caps
+    """The names of the capabilities an engine declares (its typed `capabilities`), as the driver reads them."""
+    return {c.name or type(c).__name__ for c in engine_caps.declared(engine)}
 
 
 def _fail(rule: str, detail: str):
@@ -516,6 +521,20 @@ class _Kit:
         plain = self.run(self.engine(max_new_tokens=16), _same_requests(reqs))
         _require(self._samples(with_hidden) == self._samples(plain), rule,
                  "submit(hidden=True) changed the samples (it must only keep the hidden states)")
+
+    def declarations(self, eng, caps) -> None:
+        """What every declared capability adds exists: its methods are callable and engine.submit takes its
+        keywords (by name, or through **kwargs)."""
+        rule = "declared capabilities"
+        params = inspect.signature(eng.submit).parameters
+        takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+        for cap in caps:
+            for m in cap.methods:
+                _require(callable(getattr(eng, m, None)), rule,
+                         f"{type(cap).__name__} is declared but the engine has no {m}() method")
+            for key in cap.options:
+                _require(takes_any or key in params, rule,
+                         f"{type(cap).__name__} is declared but submit() does not take its keyword {key!r}")
 
     def drafts(self) -> None:
         """Greedy rows decoded with a drafter (the plain rows' own continuation for even samples, a wrong

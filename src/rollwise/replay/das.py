@@ -51,7 +51,7 @@ from ..control.base import Component, StepContext, Wave
 from ..control.capabilities import Speculator
 from ..core.registry import register
 from ..core.types import Group, Request
-from ..replay.spec_rl import MEASURED_DRAFT_COST
+from .spec_rl import MEASURED_DRAFT_COST
 
 START = -1  # the sentinel before a response's first token: a draft can match "the start"
 
@@ -159,7 +159,7 @@ class DAS(Component):
     # ---- the hooks ------------------------------------------------------------------------------
     def speculate(self, requests: list[Request], ctx: StepContext):
         before = ctx.ledger.verified_tokens if ctx.ledger is not None else 0
-        groups = yield Wave(requests, drafter=self.draft)
+        groups = yield Wave(requests, options={"drafter": self.draft})  # the engine's Drafts capability
         kept = sum(r.tokens_by_kind().get("draft", 0) for g in groups for r in g.rollouts)
         scored = (ctx.ledger.verified_tokens - before) if ctx.ledger is not None else 0
         m = ctx.metrics
