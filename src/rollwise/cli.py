@@ -288,6 +288,8 @@ def main(argv=None) -> int:
     pl.add_argument("--kind", help="with --options: the kind, where a name has several (e.g. gpg: advantage, loss)")
     from .bench.cli import add_bench_parser
     add_bench_parser(sub)
+    from .systems.cli import add_systems_parser
+    add_systems_parser(sub)
     try:  # the simulator registers its own subcommand
         from .sim.cli import add_sim_parser
     except ImportError:
