@@ -234,7 +234,7 @@ def test_a_confirmatory_plan_must_be_committed_before_its_runs(tmp_path, capsys)
     f = write(tmp_path, text)
     assert main(["bench", "--plan", str(f), "--out", str(tmp_path / "out")]) == 2
     assert "committed to git" in capsys.readouterr().err
-    assert not (tmp_path / "out" / "plan.yaml").exists()
+    assert not (tmp_path / "out").exists()  # nothing written, not even an empty --out
 
 
 def test_plan_flags_that_the_plan_sets_are_refused(tmp_path, capsys):

@@ -90,8 +90,8 @@ def cmd_bench(args) -> int:
         run_all(cfg)
     from .runner import check_finished_runs, run_dir, seed_list
 
-    for note in check_finished_runs([run_dir(cfg, m, p, s) for m in cfg.mixes for p in cfg.planners
-                                     for s in seed_list(cfg)], f"bench {'--report-only' if args.report_only else ''}".strip()):
+    dirs = [run_dir(cfg, m, p, s) for m in cfg.mixes for p in cfg.planners for s in seed_list(cfg)]
+    for note in check_finished_runs(dirs, "bench --report-only" if args.report_only else "bench"):
         print(note)
     argv = [a for a in getattr(args, "argv", sys.argv[1:]) if a != "--report-only"]  # the command that made the runs
     command = "rollwise " + " ".join(shlex.quote(a) for a in argv) if argv[:1] == ["bench"] else "rollwise bench"

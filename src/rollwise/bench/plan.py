@@ -499,10 +499,7 @@ def record_plan(plan: Plan, raw: bytes, plan_path: Path, out: Path) -> None:
         return
     if out.exists() and any(f.name != ".lock" for f in out.iterdir()):
         raise PlanError(f"{out} holds files but no plan.sha256: a plan starts in a new or empty --out")
-    git = git_state(plan_path.resolve())
-    if plan.kind == "confirmatory" and not git.get("plan_committed"):
-        raise PlanError(f"plan {plan_path}: a confirmatory plan is committed to git, unchanged, before its runs "
-                        "(commit it, or make it exploratory)")
+    git = _committed_if_confirmatory(plan, plan_path)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "plan.yaml", "xb") as f:  # exclusive: never overwrites
         f.write(raw)
@@ -511,6 +508,15 @@ def record_plan(plan: Plan, raw: bytes, plan_path: Path, out: Path) -> None:
                    "task_options": task_options(plan), **git}, f, indent=1)
     with open(have, "x") as f:  # last: its presence means the record is complete
         f.write(f"{digest}  plan.yaml\n")
+
+
+def _committed_if_confirmatory(plan: Plan, plan_path: Path) -> dict:
+    """The plan file's git state; a confirmatory plan not committed unchanged is refused."""
+    git = git_state(Path(plan_path).resolve())
+    if plan.kind == "confirmatory" and not git.get("plan_committed"):
+        raise PlanError(f"plan {plan_path}: a confirmatory plan is committed to git, unchanged, before its runs "
+                        "(commit it, or make it exploratory)")
+    return git
 
 
 def _recorded_name(out: Path) -> str:
@@ -534,6 +540,8 @@ def run_plan(plan: Plan, raw: bytes, plan_path: Path, out: Path, jobs: int = 2, 
     from .runner import run_benches
 
     check_plan(plan, plan_path)  # bad task options or arm settings fail before anything is written
+    if recorded_digest(out) is None:  # nor is an empty --out made for a plan that may not start
+        _committed_if_confirmatory(plan, plan_path)
     configs = {a: arm_config(plan, a, out, jobs) for a in plan.arms}
     out.mkdir(parents=True, exist_ok=True)
     with OutLock(out, "bench --plan --out"):
