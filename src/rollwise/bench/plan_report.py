@@ -133,6 +133,7 @@ def summarize_plan(plan: Plan, out: Path, bootstrap_seed: int = 0, power_sims: i
         token_diff = stats.paired_difference([stats.auc(r, plan.budget_tokens) for r in tb],
                                              [stats.auc(r, plan.budget_tokens) for r in ta], rng)
         goal = stats.compute_to_target(bx, ax, budget, rng)
+        symmetric = stats.symmetric_time_to_target(bx, ax, budget, rng)
         cost_sens = {}
         for ratio in costs.RATIOS:
             if ratio == "decode":
@@ -151,7 +152,7 @@ def summarize_plan(plan: Plan, out: Path, bootstrap_seed: int = 0, power_sims: i
             "paired_seeds": [[plan.seeds[i], plan.seeds[i] + plan.arms[arm].seed_offset] for i in paired],
             "diffs": diffs.tolist(), "mean_auc": float(fa.mean()), "mean_auc_base": float(fb.mean()),
             "primary": primary, "p": stats.sign_flip_p(diffs, rng), "token_budget_diff": token_diff,
-            "goal": goal, "cost_sensitivity": cost_sens,
+            "goal": goal, "symmetric": symmetric, "cost_sensitivity": cost_sens,
             "held_runs": sum(not stats.covers_budget(r, budget) for r in ax),
             "held_runs_base": sum(not stats.covers_budget(r, budget) for r in bx),
             "rows_per_group": float(np.mean([rows_per_group(rs[i]["rows"]) for i in paired])),
@@ -260,6 +261,17 @@ def markdown(summary: dict) -> str:
         lines[-1] += (f"{d['verdict']} | {_ratio(g)} | {sens} | "
                       f"{'yes' if d.get('goal_met') else 'no'} | {_d(d['token_budget_diff'])} | "
                       f"{_rpg(d['rows_per_group'])} ({_rpg(d['rows_per_group_base'])}) |")
+    sym = {a: d["symmetric"] for a, d in summary["arms"].items() if d.get("symmetric")}
+    if sym:
+        f = next(iter(sym.values()))["fraction"]
+        lines += ["", f"Time-to-target (Bench 4.0's definition): the target is {f:.0%} of the way from the base to the "
+                  "baseline's accuracy at the budget, so neither arm sits at its edge by construction and an A/A "
+                  "comparison reads about 1× either way round. The compute-to-target column above is the "
+                  "old definition (the baseline's own accuracy at the budget), kept for one release.", "",
+                  "| arm | base → baseline at the budget (target) | baseline's cost / arm's [95% CI] |", "|---|---|---|"]
+        for a, g in sym.items():
+            lines.append(f"| {a} | {g['base_acc']:.3f} → {g['end_acc']:.3f} ({g['target']:.3f}) | "
+                         f"{stats.ratio_text(g)} |")
     also = [(a, o, x) for a, d in summary["arms"].items() for o, x in d.get("also", {}).items() if x.get("seeds_paired")]
     if also:
         lines += ["", "Also compared, described and not decided (uncorrected p; e.g. GRPO at the group size the arm "

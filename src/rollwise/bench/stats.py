@@ -373,3 +373,68 @@ def compute_to_target(base_runs: list[list[dict]], arm_runs: list[list[dict]], b
         r = tokens_to_target_ratio(base_runs, arm_runs, budget, rng, samples=samples, k=1, target_shift=shift)
         out["sensitivity"][label] = {"ratio": r["ratio"], "lo": r["lo"], "hi": r["hi"], "target": r["target"]}
     return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# Bench 4.0's time-to-target: symmetric under the null (issue 47, item 1)
+
+SYMMETRIC_FRACTION = 0.8
+
+
+def symmetric_time_to_target(base_runs: list[list[dict]], arm_runs: list[list[dict]], budget: float,
+                             rng: np.random.Generator, fraction: float = SYMMETRIC_FRACTION,
+                             samples: int = BOOTSTRAP_SAMPLES, reference: str = "baseline") -> dict:
+    """Cost-to-target where neither arm sits at its edge by construction.
+
+    compute_to_target's target is the baseline's own accuracy at the budget, so the baseline's mean curve
+    crosses it at the budget (or a little before) every time, and an A/A comparison reads "not reached" one
+    way round and > 1 the other (the audit of issue 47: [0.00, 1.02] against 1.28x [0.00, 1.65]). Here
+    the target is `fraction` of the way from the base (both arms' mean accuracy at their first evaluation:
+    every arm starts from the same checkpoint) to the reference accuracy at the budget:
+      * reference "baseline" (the default, Bench 4.0's figure): the baseline's own, so the baseline
+        reaches the target inside the budget and the ratio reads how much sooner the arm gets 80% of what
+        tuned GRPO gains;
+      * reference "pooled": both arms' mean; swapping the labels then leaves the target as it is and
+        inverts the ratio exactly, but an arm that ends well above the baseline makes the baseline never
+        reach it (inf).
+    In each bootstrap resample seeds are drawn once for both sides and the target is recomputed from the
+    drawn runs. Ratio = the baseline's cost to the target / the arm's (0 where the arm's mean curve never
+    reaches it, inf where only the baseline's does not). Not defined (`defined` False, ratio nan) where the
+    reference accuracy at the budget is not above the base: there is no gain to reach a fraction of."""
+    n = len(base_runs)
+    if n == 0 or n != len(arm_runs):
+        raise ValueError("symmetric_time_to_target needs the same seeds, at least one, for both sides")
+    if not 0 < fraction <= 1:
+        raise ValueError(f"symmetric_time_to_target: fraction must be in (0, 1], got {fraction}")
+    base = [clip_curve(*eval_curve(r), budget) for r in base_runs]
+    arm = [clip_curve(*eval_curve(r), budget) for r in arm_runs]
+    grid = np.unique(np.concatenate([t for t, _ in base + arm]))
+    vb, va = _on_grid(base, grid), _on_grid(arm, grid)
+    idx = np.vstack([np.arange(n), resample_indices(n, rng, samples)])
+    mb, ma = vb[idx].mean(axis=1), va[idx].mean(axis=1)
+    start = (mb[:, 0] + ma[:, 0]) / 2
+    if reference not in ("baseline", "pooled"):
+        raise ValueError(f"symmetric_time_to_target: reference must be 'baseline' or 'pooled', got {reference!r}")
+    end = mb[:, -1] if reference == "baseline" else (mb[:, -1] + ma[:, -1]) / 2
+    tgt = start + fraction * (end - start)
+    defined = end > start
+    tb, ta = first_crossing(grid, mb, tgt), first_crossing(grid, ma, tgt)
+    ratios = np.where(defined, _ratio(tb, ta), np.nan)
+    out = {"fraction": fraction, "reference": reference, "base_acc": float(start[0]), "end_acc": float(end[0]), "target": float(tgt[0]),
+           "defined": bool(defined[0]), "ratio": float(ratios[0]),
+           "cost_base": float(tb[0]), "cost_arm": float(ta[0]), "lo": float("nan"), "hi": float("nan"),
+           "defined_frac": float(defined[1:].mean())}
+    ok = ratios[1:][~np.isnan(ratios[1:])]  # resamples where the target is defined
+    if out["defined"] and len(ok):
+        out["lo"], out["hi"] = percentile_interval(ok)
+    return out
+
+
+def ratio_text(g: dict) -> str:
+    """A symmetric time-to-target in words: 'not defined: ...' instead of nan or inf."""
+    if not g.get("defined", True):
+        return "not defined: tuned GRPO ended no higher than its base"
+
+    def f(x):
+        return "?" if np.isnan(x) else "not reached" if x == 0 else "∞" if np.isinf(x) else f"{x:.2f}×"
+    return f"{f(g['ratio'])} [{f(g['lo'])}, {f(g['hi'])}]"
