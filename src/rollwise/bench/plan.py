@@ -33,7 +33,7 @@ KIND_SPLIT = {"exploratory": "validation", "confirmatory": "test"}  # tuning rea
 PLAN_KEYS = ("planner", "seed", "task", "steps", "budget_tokens", "budget_compute", "cost_profile", "eval_every",
              "eval_every_tokens", "eval_every_compute", "eval_size", "eval_k", "eval_samples")
 TOP_FIELDS = {"name", "kind", "task", "task_options", "data_seed", "baseline", "arms", "seeds", "budget", "evaluation", "family",
-              "decision", "chosen_from", "engine", "sim_profile", "pool_size", "notes"}
+              "decision", "chosen_from", "replication", "engine", "sim_profile", "pool_size", "notes"}
 REQUIRED = ("name", "kind", "task", "data_seed", "baseline", "arms", "seeds", "budget", "evaluation", "family",
             "decision")
 # Upper bounds on a plan's sizes, far above any real plan: a typo (count: 1000000000) is refused up front
@@ -85,6 +85,7 @@ class Plan:
     sim_profile: str = "tiny"
     pool_size: int = 300
     options: dict = field(default_factory=dict)  # the plan's `task_options` block: the task of every arm
+    replication: str | None = None  # why a confirmatory plan re-reads a test split an earlier record read
 
     def metric(self) -> str:
         """The metrics-row field the primary figure reads (run/evaluate.py writes them)."""
@@ -329,7 +330,8 @@ def parse_plan(text: str, where: str = "plan") -> Plan:
     _bounded(pool_size, "pool_size", where)
     return Plan(name, kind, task, data_seed, baseline, arms, seeds, float(compute), profile, tokens, split,
                 eval_size, evaluations, k, samples, primary, list(family), float(alpha), float(goal), chosen_from,
-                engine, _need(doc, "sim_profile", str, where, "tiny", required=False), pool_size, dict(options))
+                engine, _need(doc, "sim_profile", str, where, "tiny", required=False), pool_size, dict(options),
+                _need(doc, "replication", str, where, None, required=False))
 
 
 def load_plan(path: str | Path) -> tuple[Plan, bytes]:
@@ -499,7 +501,7 @@ def record_plan(plan: Plan, raw: bytes, plan_path: Path, out: Path) -> None:
         return
     if out.exists() and any(f.name != ".lock" for f in out.iterdir()):
         raise PlanError(f"{out} holds files but no plan.sha256: a plan starts in a new or empty --out")
-    git = _committed_if_confirmatory(plan, plan_path)
+    git = _committed_if_confirmatory(plan, plan_path, out)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "plan.yaml", "xb") as f:  # exclusive: never overwrites
         f.write(raw)
@@ -510,12 +512,15 @@ def record_plan(plan: Plan, raw: bytes, plan_path: Path, out: Path) -> None:
         f.write(f"{digest}  plan.yaml\n")
 
 
-def _committed_if_confirmatory(plan: Plan, plan_path: Path) -> dict:
+def _committed_if_confirmatory(plan: Plan, plan_path: Path, out: Path | None = None) -> dict:
     """The plan file's git state; a confirmatory plan not committed unchanged is refused."""
     git = git_state(Path(plan_path).resolve())
     if plan.kind == "confirmatory" and not git.get("plan_committed"):
         raise PlanError(f"plan {plan_path}: a confirmatory plan is committed to git, unchanged, before its runs "
                         "(commit it, or make it exploratory)")
+    from .data_reuse import refuse_reused_test_split
+
+    refuse_reused_test_split(plan, plan_path, out)
     return git
 
 
@@ -541,7 +546,7 @@ def run_plan(plan: Plan, raw: bytes, plan_path: Path, out: Path, jobs: int = 2, 
 
     check_plan(plan, plan_path)  # bad task options or arm settings fail before anything is written
     if recorded_digest(out) is None:  # nor is an empty --out made for a plan that may not start
-        _committed_if_confirmatory(plan, plan_path)
+        _committed_if_confirmatory(plan, plan_path, out)
     configs = {a: arm_config(plan, a, out, jobs) for a in plan.arms}
     out.mkdir(parents=True, exist_ok=True)
     with OutLock(out, "bench --plan --out"):

@@ -111,7 +111,7 @@ def summarize_plan(plan: Plan, out: Path, bootstrap_seed: int = 0, power_sims: i
                "budget_compute": plan.budget_compute, "profile": plan.profile, "formula": costs.formula(profile),
                "profile_sources": profile.sources, "budget_tokens": plan.budget_tokens, "family": plan.family,
                "family_size": len(plan.family), "alpha": plan.alpha, "goal_ratio": plan.goal_ratio,
-               "chosen_from": plan.chosen_from, "seeds": plan.seeds, "arms": {}}
+               "chosen_from": plan.chosen_from, "replication": plan.replication, "seeds": plan.seeds, "arms": {}}
     budget = plan.budget_compute
     for arm in plan.arms:
         if arm == plan.baseline:
@@ -243,6 +243,8 @@ def markdown(summary: dict) -> str:
              f"that passes the verdict."]
     if summary.get("chosen_from"):
         lines.append(f"- Chosen from: {summary['chosen_from']}")
+    if summary.get("replication"):
+        lines.append(f"- **A replication on a test split an earlier record read**: {summary['replication']}")
     if summary["missing_counts"]:
         lines.append(f"- **Compute units leave out** {', '.join(summary['missing_counts'])}: the runs' metrics rows "
                      f"do not record them, so these figures charge less work than the formula says.")
