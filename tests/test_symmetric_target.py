@@ -77,3 +77,16 @@ def test_the_recorded_aa_arm_reads_about_one_either_way_round(tmp_path):
     old = stats.compute_to_target(base, aa, budget, np.random.default_rng(0), samples=200)
     old_swapped = stats.compute_to_target(aa, base, budget, np.random.default_rng(0), samples=200)
     assert (old["ratio"], old_swapped["ratio"]) != (pytest.approx(1.0), pytest.approx(1.0))
+
+
+def test_the_t_interval_for_few_seeds_is_hand_computed():
+    # diffs 1, 2, 3: mean 2, s.d. 1, t(0.975, 2) = 4.303: 2 -/+ 4.303 / sqrt(3)
+    t = stats.t_interval([1.0, 2.0, 3.0])
+    assert t["lo"] == pytest.approx(2 - 4.303 / 3 ** 0.5) and t["hi"] == pytest.approx(2 + 4.303 / 3 ** 0.5)
+    assert stats.t_interval([1.0] * 12) is None and stats.t_interval([1.0]) is None
+
+
+def test_the_t_table_matches_scipy():
+    scipy_stats = pytest.importorskip("scipy.stats")
+    for df, q in enumerate(stats.T975, start=1):
+        assert q == pytest.approx(scipy_stats.t.ppf(0.975, df), abs=5e-4)

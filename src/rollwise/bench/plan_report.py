@@ -152,7 +152,7 @@ def summarize_plan(plan: Plan, out: Path, bootstrap_seed: int = 0, power_sims: i
             "paired_seeds": [[plan.seeds[i], plan.seeds[i] + plan.arms[arm].seed_offset] for i in paired],
             "diffs": diffs.tolist(), "mean_auc": float(fa.mean()), "mean_auc_base": float(fb.mean()),
             "primary": primary, "p": stats.sign_flip_p(diffs, rng), "token_budget_diff": token_diff,
-            "goal": goal, "symmetric": symmetric, "cost_sensitivity": cost_sens,
+            "primary_t": stats.t_interval(diffs), "goal": goal, "symmetric": symmetric, "cost_sensitivity": cost_sens,
             "held_runs": sum(not stats.covers_budget(r, budget) for r in ax),
             "held_runs_base": sum(not stats.covers_budget(r, budget) for r in bx),
             "rows_per_group": float(np.mean([rows_per_group(rs[i]["rows"]) for i in paired])),
@@ -263,6 +263,11 @@ def markdown(summary: dict) -> str:
         lines[-1] += (f"{d['verdict']} | {_ratio(g)} | {sens} | "
                       f"{'yes' if d.get('goal_met') else 'no'} | {_d(d['token_budget_diff'])} | "
                       f"{_rpg(d['rows_per_group'])} ({_rpg(d['rows_per_group_base'])}) |")
+    small = {a: d["primary_t"] for a, d in summary["arms"].items() if d.get("primary_t")}
+    if small:
+        lines += ["", f"With fewer than {stats.T_INTERVAL_BELOW} seeds the percentile bootstrap above is too narrow; "
+                  "the 95% t interval of the same paired differences: "
+                  + "; ".join(f"{a} {_d(t)}" for a, t in small.items()) + "."]
     sym = {a: d["symmetric"] for a, d in summary["arms"].items() if d.get("symmetric")}
     if sym:
         f = next(iter(sym.values()))["fraction"]

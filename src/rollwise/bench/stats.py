@@ -169,6 +169,22 @@ def paired_difference(base, other, rng: np.random.Generator, samples: int = BOOT
     return {"diff": float(d.mean()), "lo": lo, "hi": hi}
 
 
+# Student's t, 97.5th percentile, by degrees of freedom 1..11 (any table; scipy.stats.t.ppf(0.975, df))
+T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201)
+T_INTERVAL_BELOW = 12  # seeds: below this the percentile bootstrap is too narrow (issue 47, item 6)
+
+
+def t_interval(diffs) -> dict | None:
+    """The 95% t interval of the mean of paired differences, for 2..11 seeds (None otherwise): with few
+    seeds the percentile bootstrap treats the sample as the population and comes out too narrow (the
+    Llama plan: bootstrap [-0.016, +0.012] against t [-0.020, +0.016])."""
+    d = np.asarray(diffs, dtype=float)
+    if not 2 <= d.size < T_INTERVAL_BELOW:
+        return None
+    half = T975[d.size - 2] * d.std(ddof=1) / np.sqrt(d.size)
+    return {"diff": float(d.mean()), "lo": float(d.mean() - half), "hi": float(d.mean() + half)}
+
+
 def _on_grid(curves: list[tuple[np.ndarray, np.ndarray]], grid: np.ndarray) -> np.ndarray:
     """Each curve (held past its ends) evaluated on the grid: one row per curve."""
     return np.array([np.interp(grid, t, a) for t, a in curves])
