@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from . import costs, stats
+from ..run.evaluate import OUTCOMES, unpack_outcomes
 from .plan import Plan, arm_config, data_split_note
 from .report import _html, load_run
 from .runner import run_dir
@@ -50,8 +51,44 @@ def load_arm(plan: Plan, out: Path, arm: str) -> list[dict | None]:
             runs.append(None)
             continue
         config = json.loads((d / "config.json").read_text()) if (d / "config.json").exists() else None
-        runs.append({"rows": load_run(d), "config": config})
+        runs.append({"rows": load_run(d), "config": config, "outcomes": load_outcomes(d)})
     return runs
+
+
+def load_outcomes(run_dir: Path) -> dict[int, dict] | None:
+    """A run's per-prompt evaluation results by step (the last line of a step holds), None if not recorded."""
+    f = run_dir / OUTCOMES
+    if not f.exists():
+        return None
+    out = {}
+    for line in f.read_text().splitlines():
+        rec = json.loads(line)
+        out[rec.pop("step")] = unpack_outcomes(rec, rec.pop("prompts"))
+    return out
+
+
+def per_prompt_auc(run: dict, metric: str, key: str, x_rows: list[dict], budget: float) -> np.ndarray | None:
+    """Each held-out prompt's primary figure (its area over the budget), or None where outcomes are missing."""
+    steps = [r["step"] for r in metric_rows(run["rows"], metric)]
+    oc = run.get("outcomes")
+    if not oc or any(s not in oc or key not in oc[s] for s in steps):
+        return None
+    w = stats.auc_weights(np.array([r["tokens"] for r in x_rows]), budget)
+    return w @ np.array([oc[s][key] for s in steps])
+
+
+def two_way(plan: Plan, base: list, arm: list, metric: str, bx: list, ax: list, budget: float, rng) -> dict | None:
+    """The primary figure's paired difference with an interval over seeds and prompts (None: not recorded)."""
+    key = {"greedy": "greedy", "sampled": f"sampled@{plan.samples_per_prompt()}"}.get(plan.primary)
+    if key is None:
+        return None
+    rows = []
+    for b, a, xb, xa in zip(base, arm, bx, ax):
+        pb, pa = per_prompt_auc(b, metric, key, xb, budget), per_prompt_auc(a, metric, key, xa, budget)
+        if pb is None or pa is None or len(pb) != len(pa):
+            return None
+        rows.append(pa - pb)
+    return stats.two_way_bootstrap(np.array(rows), rng)
 
 
 def on_compute(run: dict, metric: str, profile: costs.CostProfile) -> tuple[list[dict], list[str]]:
@@ -128,6 +165,7 @@ def summarize_plan(plan: Plan, out: Path, bootstrap_seed: int = 0, power_sims: i
         fa = np.array([stats.auc(r, budget) for r in ax])
         diffs = fa - fb
         primary = stats.paired_difference(fb, fa, rng)
+        primary_two_way = two_way(plan, [base[i] for i in paired], [rs[i] for i in paired], metric, bx, ax, budget, rng)
         tb = [metric_rows(base[i]["rows"], metric) for i in paired]
         ta = [metric_rows(rs[i]["rows"], metric) for i in paired]
         token_diff = stats.paired_difference([stats.auc(r, plan.budget_tokens) for r in tb],
@@ -152,7 +190,7 @@ def summarize_plan(plan: Plan, out: Path, bootstrap_seed: int = 0, power_sims: i
             "paired_seeds": [[plan.seeds[i], plan.seeds[i] + plan.arms[arm].seed_offset] for i in paired],
             "diffs": diffs.tolist(), "mean_auc": float(fa.mean()), "mean_auc_base": float(fb.mean()),
             "primary": primary, "p": stats.sign_flip_p(diffs, rng), "token_budget_diff": token_diff,
-            "primary_t": stats.t_interval(diffs), "goal": goal, "symmetric": symmetric, "cost_sensitivity": cost_sens,
+            "primary_t": stats.t_interval(diffs), "primary_two_way": primary_two_way, "goal": goal, "symmetric": symmetric, "cost_sensitivity": cost_sens,
             "held_runs": sum(not stats.covers_budget(r, budget) for r in ax),
             "held_runs_base": sum(not stats.covers_budget(r, budget) for r in bx),
             "rows_per_group": float(np.mean([rows_per_group(rs[i]["rows"]) for i in paired])),
@@ -268,6 +306,13 @@ def markdown(summary: dict) -> str:
         lines += ["", f"With fewer than {stats.T_INTERVAL_BELOW} seeds the percentile bootstrap above is too narrow; "
                   "the 95% t interval of the same paired differences: "
                   + "; ".join(f"{a} {_d(t)}" for a, t in small.items()) + "."]
+    paired_arms = [a for a, d in summary["arms"].items() if d.get("seeds_paired")]
+    tw = {a: summary["arms"][a].get("primary_two_way") for a in paired_arms}
+    if paired_arms:
+        lines += ["", "The primary figure with an interval that resamples held-out prompts as well as seeds (two-way "
+                  "bootstrap; decides from Bench 4.0 on): " + ("; ".join(f"{a} {_d(x)}" for a, x in tw.items() if x)
+                  if any(tw.values()) else "not available: these runs predate per-prompt outcomes "
+                  "(eval_outcomes.jsonl), so their intervals resample seeds only") + "."]
     sym = {a: d["symmetric"] for a, d in summary["arms"].items() if d.get("symmetric")}
     if sym:
         f = next(iter(sym.values()))["fraction"]

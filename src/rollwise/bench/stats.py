@@ -454,3 +454,29 @@ def ratio_text(g: dict) -> str:
     def f(x):
         return "?" if np.isnan(x) else "not reached" if x == 0 else "∞" if np.isinf(x) else f"{x:.2f}×"
     return f"{f(g['ratio'])} [{f(g['lo'])}, {f(g['hi'])}]"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Intervals that resample prompts as well as seeds (issue 47, item 2)
+
+
+def auc_weights(t: np.ndarray, budget: float) -> np.ndarray:
+    """w with area_under_curve(t, a, budget) == w @ a for any values a at the points t (the area is
+    linear in the values), so a per-prompt figure is one matrix product."""
+    eye = np.eye(len(t))
+    return np.array([area_under_curve(np.asarray(t, float), eye[i], budget) for i in range(len(t))])
+
+
+def two_way_bootstrap(D: np.ndarray, rng: np.random.Generator, samples: int = BOOTSTRAP_SAMPLES) -> dict:
+    """Mean of D [seeds x prompts] (arm - baseline, per seed and held-out prompt) with a 95% interval that
+    resamples seeds and prompts independently, so a verdict generalises to new prompts of the task, not
+    only to new training seeds on these prompts."""
+    D = np.asarray(D, float)
+    if D.ndim != 2 or 0 in D.shape:
+        raise ValueError("two_way_bootstrap needs a seeds x prompts matrix")
+    S, P = D.shape
+    means = np.empty(samples)
+    for b in range(samples):
+        means[b] = D[np.ix_(rng.integers(0, S, S), rng.integers(0, P, P))].mean()
+    lo, hi = percentile_interval(means)
+    return {"diff": float(D.mean()), "lo": lo, "hi": hi, "seeds": S, "prompts": P}

@@ -19,6 +19,9 @@ from ..generate.torch_engine import TorchEngine
 from ..tasks.reward import Scorer
 
 
+OUTCOMES = "eval_outcomes.jsonl"  # a run's per-prompt evaluation results, one line per evaluation
+
+
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Unbiased pass@k from n samples with c correct: 1 - C(n-c, k) / C(n, k)."""
     if k > n:
@@ -30,11 +33,13 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 def evaluate(policy, prompts: list[Prompt], scorer: Scorer, ledger: Ledger | None = None,
              max_new_tokens: int = 16, k: int = 0, n_samples: int = 0, temperature: float = 1.0,
-             seed: int = 0, make_engine=None) -> dict[str, float]:
+             seed: int = 0, make_engine=None, outcomes: dict | None = None) -> dict[str, float]:
     """Greedy accuracy, and with n_samples (or k) > 0 the sampled accuracy of max(n_samples, k) samples per
     prompt at `temperature` (and pass@k when k > 0), through the Engine protocol. `make_engine(**kw)` builds
     the run's engine kind over `policy` (default: the torch engine); sampling gets its own engine seeded
-    with `seed`."""
+    with `seed`. `outcomes`, when given, receives each prompt's result in held-out order (compact, for
+    intervals that resample prompts: issue 47): "greedy" the correct bits packed as hex, and
+    "sampled@N" each prompt's count of correct samples, one byte each, as hex."""
     check_finite_weights(policy)
     if not prompts:
         raise ValueError("evaluation needs at least one held-out prompt")
@@ -49,6 +54,8 @@ def evaluate(policy, prompts: list[Prompt], scorer: Scorer, ledger: Ledger | Non
     correct = np.array([s.correct for s in scores], float)
     out["eval_acc"] = float(correct.mean())
     out["eval_se"] = float(correct.std(ddof=1) / np.sqrt(len(correct))) if len(correct) > 1 else 0.0
+    if outcomes is not None:
+        outcomes["greedy"] = np.packbits(correct.astype(np.uint8)).tobytes().hex()
     # greedy response lengths and the share cut at max_new_tokens (long-response tasks)
     out["eval_len_mean"] = float(np.mean([g.rollouts[0].num_tokens for g in res])) if res else 0.0
     out["eval_truncated_frac"] = float(np.mean([g.rollouts[0].finish_reason == "length" for g in res])) if res else 0.0
@@ -63,6 +70,8 @@ def evaluate(policy, prompts: list[Prompt], scorer: Scorer, ledger: Ledger | Non
         cs = np.array([sum(s.correct for s in scorer.judge_many([(r.text, p.answer) for r in g.rollouts]))
                        for g, p in zip(res, prompts)], float)
         per_prompt = cs / n_samples
+        if outcomes is not None and n_samples <= 255:
+            outcomes[f"sampled@{n_samples}"] = cs.astype(np.uint8).tobytes().hex()
         out[f"eval_sampled_acc@{n_samples}"] = float(per_prompt.mean())
         out[f"eval_sampled_se@{n_samples}"] = float(per_prompt.std(ddof=1) / np.sqrt(len(cs))) if len(cs) > 1 else 0.0
         if k > 0:
@@ -96,3 +105,18 @@ def _run(engine, requests: list[Request], ledger: Ledger | None):
         ledger.charge(groups)
         ledger.settle(groups, "open", "scored")
     return groups
+
+
+def unpack_outcomes(record: dict, prompts: int) -> dict[str, np.ndarray]:
+    """The per-prompt results `evaluate(outcomes=...)` packed: {"greedy": 0/1 floats, "sampled@N": the share
+    of N samples correct}, each of length `prompts`."""
+    out = {}
+    for key, h in record.items():
+        raw = np.frombuffer(bytes.fromhex(h), np.uint8) if isinstance(h, str) else None
+        if raw is None:
+            continue
+        if key == "greedy":
+            out[key] = np.unpackbits(raw)[:prompts].astype(float)
+        elif key.startswith("sampled@"):
+            out[key] = raw[:prompts].astype(float) / int(key.split("@")[1])
+    return out

@@ -34,7 +34,7 @@ from tqdm import tqdm
 
 from ..control.base import StepContext
 from .config import Config, config_changes, RESUME_MAY_CHANGE
-from .evaluate import check_finite_weights, evaluate
+from .evaluate import OUTCOMES, check_finite_weights, evaluate
 from . import resume, rundir
 from .build import Parts, build_run, build_trainer_engine
 from .checkpoint import CKPT, CKPT_FORMAT, CheckpointWriteError, read_checkpoint, recover, save_unit, to_cpu, to_plain
@@ -270,11 +270,17 @@ class Trainer:
         return self.budget.crossed(before, after)
 
     def _evaluate(self) -> dict:
+        outcomes: dict = {}
         with self.ledger.timer("eval"):
-            return evaluate(self.policy, self.heldout, self.scorer, self.ledger, self.cfg.max_new_tokens,
-                            self.cfg.eval_k, self.cfg.eval_samples, self.cfg.temperature,
-                            seed=self.cfg.seed * 1_000_003 + self.step,
-                            make_engine=lambda **kw: build_trainer_engine(self.cfg, self.policy, **kw))
+            row = evaluate(self.policy, self.heldout, self.scorer, self.ledger, self.cfg.max_new_tokens,
+                           self.cfg.eval_k, self.cfg.eval_samples, self.cfg.temperature,
+                           seed=self.cfg.seed * 1_000_003 + self.step,
+                           make_engine=lambda **kw: build_trainer_engine(self.cfg, self.policy, **kw),
+                           outcomes=outcomes)
+        # per-prompt results beside metrics.jsonl (a resumed run may repeat a step: the last line holds)
+        with (self.out / OUTCOMES).open("a") as f:
+            f.write(json.dumps({"step": self.step, "prompts": len(self.heldout), **outcomes}) + "\n")
+        return row
 
     def _log_row(self, row: dict, path: Path) -> dict:
         row = finite_row(row)
