@@ -118,3 +118,21 @@ def test_sync_checks_without_writing_and_writes_only_stale_pages(tmp_path, capsy
     assert "stale: page.md; run regen" in capsys.readouterr().err and "old" in page.read_text()
     assert sync({page: new}, tmp_path, check=False, command="regen") == 0 and page.read_text() == new
     assert sync({page: new}, tmp_path, check=True, command="regen") == 0
+
+
+def test_the_help_and_the_synopses_list_every_registered_task():
+    """`train --help`, the README's synopsis and docs/usage.md name every registered task (issue 48: they
+    listed three of six)."""
+    import re
+    import subprocess
+    import sys
+
+    from rollwise.core import registry
+
+    names = [e.name for e in registry.entries("task")]
+    root = Path(__file__).parents[1]
+    for doc in ("README.md", "docs/usage.md"):
+        synopsis = re.search(r"\[--task ([^\]]+)\]", (root / doc).read_text()).group(1).split("|")
+        assert set(names) <= set(synopsis), (doc, set(names) - set(synopsis))
+    out = subprocess.run([sys.executable, "-m", "rollwise.cli", "train", "--help"], capture_output=True, text=True).stdout
+    assert all(n in " ".join(out.split()).replace("- ", "-") for n in names), out

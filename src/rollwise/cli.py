@@ -10,6 +10,13 @@ import sys
 from pathlib import Path
 
 
+def _task_names() -> str:
+    """Every registered task, for the help (read from the registry, so a new task is never left out)."""
+    from .core import registry
+
+    return ", ".join(e.name for e in registry.entries("task"))
+
+
 def _train_parser(sub):
     p = sub.add_parser("train", help="train with RLVR (resumes if --out holds a checkpoint)",
                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=settings_help())
@@ -24,7 +31,7 @@ def _train_parser(sub):
     p.add_argument("--loss-agg", dest="loss_agg", help=_help("learner.loss_agg"))
     p.add_argument("--correction", help=_help("learner.correction"))
     p.add_argument("--recompose", help=_help("learner.recompose"))
-    p.add_argument("--task", help="task name (arithmetic, chain, file)")
+    p.add_argument("--task", help=f"task name ({_task_names()})")
     p.add_argument("--engine", help="engine that samples: a registered name (torch) or 'module:Class'")
     p.add_argument("--device", help="where the learner and the torch engine run: cpu (default), cuda, cuda:N, "
                    "auto (cuda if available)")
