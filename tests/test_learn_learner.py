@@ -180,6 +180,19 @@ def test_all_equal_non_dyadic_groups_are_dropped_like_group_zero_variance():
     assert st["zero_var_frac"] == 0.75 and st["learn_rows"] == 4  # only the informative group trains
 
 
+def test_zero_variance_groups_leave_the_token_mean_denominator_by_default():
+    # The zero-variance normaliser (TRL issue #6367, its loss_type "dapo_zv") is rollwise's default: [1, 0]
+    # with 2 and 4 tokens trains, [1, 1] (two 3-token rows) has advantage 0. At ratio 1 the loss is -A per
+    # token: -a * 2 + a * 4 = 2a, over the 6 tokens of the rows that carry signal, not all 12 (TRL's "dapo",
+    # which drop_zero_adv=False reproduces: the all-equal rows stay in the update and its denominator)
+    b = Batch([group([1, 0], lengths=[2, 4]), group([1, 1], pid=1)])
+    a = 0.5 / (math.sqrt(0.5) + 1e-6)  # GRPO of [1, 0]
+    st = Learner(ThetaPolicy(-0.5), LearnerConfig(minibatches=1)).update(b)
+    assert st["learn_rows"] == 2 and abs(st["loss"] - 2 * a / 6) < 1e-6
+    st = Learner(ThetaPolicy(-0.5), LearnerConfig(minibatches=1, drop_zero_adv=False)).update(b)
+    assert st["learn_rows"] == 4 and abs(st["loss"] - 2 * a / 12) < 1e-6
+
+
 # ---- the KL term reaches zero-advantage rows -----------------------------------------------------
 
 class ThetaPolicy:
