@@ -225,13 +225,13 @@ def test_disk_full_while_saving_a_checkpoint_is_one_line_and_keeps_the_last(tmp_
     (["engine=vllm"], "engine 'vllm': --engine vllm needs vLLM"),
 ])
 def test_bad_settings_are_one_line_before_any_work(tmp_path, capsys, monkeypatch, sets, msg):
-    from rollwise.run import loop
+    from rollwise.run import build
 
     # vLLM absent, wherever this runs: patching find_spec alone is not enough in the vLLM environment
     # (.venv-vllm), where the engine's check then imports the installed vllm and passes; a None entry in
     # sys.modules makes find_spec answer None and `import vllm` raise ImportError, as without the package
     monkeypatch.setitem(sys.modules, "vllm", None)
-    monkeypatch.setattr(loop, "load_policy", lambda path: pytest.fail("a model was loaded"))
+    monkeypatch.setattr(build, "load_policy", lambda path: pytest.fail("a model was loaded"))
     args = ["train", "--out", tmp_path / "run"]
     for s in sets:
         args += ["--set", s]

@@ -277,9 +277,11 @@ class Trainer:
                            seed=self.cfg.seed * 1_000_003 + self.step,
                            make_engine=lambda **kw: build_trainer_engine(self.cfg, self.policy, **kw),
                            outcomes=outcomes)
-        # per-prompt results beside metrics.jsonl (a resumed run may repeat a step: the last line holds)
-        with (self.out / OUTCOMES).open("a") as f:
-            f.write(json.dumps({"step": self.step, "prompts": len(self.heldout), **outcomes}) + "\n")
+        # per-prompt results beside metrics.jsonl (a resumed run may repeat a step: the last line holds);
+        # an evaluation outside a run (its directory not made yet) writes nothing
+        if self.out.is_dir():
+            with (self.out / OUTCOMES).open("a") as f:
+                f.write(json.dumps({"step": self.step, "prompts": len(self.heldout), **outcomes}) + "\n")
         return row
 
     def _log_row(self, row: dict, path: Path) -> dict:
