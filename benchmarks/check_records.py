@@ -22,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from rollwise.run.records import rows as metrics_rows
+from rollwise.run.records import TIMING as RUN_TIMING, rows as metrics_rows
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from archive import ensure_unpacked  # noqa: E402  (benchmarks/archive.py)
@@ -53,7 +53,7 @@ OVERRIDES = {
 }
 
 NOISY = {"loss", "entropy", "grad_norm"}  # within RTOL (kernel path), everything else exact
-TIMING = {"wall_s", "gen_s", "worker_restarts"}
+TIMING = set(RUN_TIMING)
 RTOL = 1e-6
 
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from rollwise.run.records import TIMING
 from rollwise.control.arrol import ARRoL, PruneGate, QualityHead, head_figures, survivors
 from rollwise.control.base import Decision, Watchers, Wave, build_planner
 from rollwise.generate.capabilities import Drafts, InFlight
@@ -290,7 +291,7 @@ def trainer(tmp_path, out, planner, steps, **opts):
 
 
 def strip(rows):
-    return [{k: v for k, v in r.items() if k not in ("wall_s", "gen_s")} for r in rows]
+    return [{k: v for k, v in r.items() if k not in TIMING} for r in rows]
 
 
 @pytest.mark.parametrize("spec", ["arrol", "ar3po+arrol"])

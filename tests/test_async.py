@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from rollwise.run.records import TIMING
 from rollwise.core.staleness import StalenessGate
 
 from conftest import SMALL
@@ -105,7 +106,7 @@ def cfg(out, **kw):
 
 
 def strip(rows):
-    return [{k: v for k, v in r.items() if k not in ("wall_s", "gen_s", "worker_restarts")} for r in rows]
+    return [{k: v for k, v in r.items() if k not in TIMING} for r in rows]
 
 
 def run(c):

@@ -11,6 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from rollwise.run.records import TIMING
 from rollwise.policy.policy import Policy
 from rollwise.run import checkpoint as ckpt
 from rollwise.run.checkpoint import CKPT, SAVING, read_checkpoint
@@ -29,7 +30,7 @@ def cfg(out, steps):
 
 
 def strip(rows):
-    return [{k: v for k, v in r.items() if k not in ("wall_s", "gen_s")} for r in rows]
+    return [{k: v for k, v in r.items() if k not in TIMING} for r in rows]
 
 
 def _partial_then(error):

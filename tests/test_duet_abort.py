@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from rollwise.run.records import TIMING
 from rollwise.control.base import Wave, build_planner
 from rollwise.control.duet import AbortGate, DUETAbort
 from rollwise.core.ledger import Ledger
@@ -243,7 +244,7 @@ def test_trainer_runs_duet_abort_on_the_embedded_default(tmp_path, small_policy)
                                  "planner_options": {"duet-abort": {"h_abort": 2, "grace": 1, "q": 0.5}}})
         tr = Trainer(cfg)
         rows = tr.run()
-        return [{k: v for k, v in r.items() if k not in ("wall_s", "gen_s")} for r in rows], tr.ledger
+        return [{k: v for k, v in r.items() if k not in TIMING} for r in rows], tr.ledger
 
     rows, led = run("a")
     assert [r["step"] for r in rows] == [1, 2]

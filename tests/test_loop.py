@@ -8,10 +8,11 @@ import pytest
 
 from rollwise.run.config import load_config
 from rollwise.run.loop import Trainer
+from rollwise.run.records import TIMING
 
 from conftest import SMALL, kill_and_resume
 
-TIMING_KEYS = {"wall_s", "gen_s"}
+TIMING_KEYS = set(TIMING)
 
 
 def small_cfg(out, **kw):

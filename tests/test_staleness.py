@@ -3,6 +3,7 @@ at lags S, S+1 and S+2, and its wiring: the bound a run's config sets reaches th
 resumed partial rows (async mode always, the synchronous loop only when max_staleness is set)."""
 import pytest
 
+from rollwise.run.records import TIMING
 from rollwise.control.partial import CarryStore
 from rollwise.control.base import build_planner
 from rollwise.core.types import Group, Prompt
@@ -138,7 +139,7 @@ def _aborted(row) -> int:
 
 
 def _strip(rows):
-    return [{k: v for k, v in r.items() if k not in ("wall_s", "gen_s", "worker_restarts")} for r in rows]
+    return [{k: v for k, v in r.items() if k not in TIMING} for r in rows]
 
 
 def test_in_process_async_with_s0_is_the_synchronous_loop(tmp_path, small_policy):

@@ -35,7 +35,9 @@ def _train_parser(sub):
     p.add_argument("--engine", help="engine that samples: a registered name (torch) or 'module:Class'")
     p.add_argument("--device", help="where the learner and the torch engine run: cpu (default), cuda, cuda:N, "
                    "auto (cuda if available)")
-    p.add_argument("--mode", choices=["sync", "async"], help="async: Ray rollout workers run ahead of the learner")
+    p.add_argument("--mode", choices=["sync", "one-step-off", "async"],
+                   help="async: rollout workers run ahead of the learner within --max-staleness; one-step-off: async "
+                   "with max-staleness 1")
     p.add_argument("--workers", type=int, help="async: rollout workers (Ray actors); 0: one worker in this process, without Ray")
     p.add_argument("--max-staleness", type=int, dest="max_staleness",
                    help="trained tokens come from a policy at most this many updates old: async mode always "

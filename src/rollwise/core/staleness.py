@@ -40,6 +40,11 @@ import threading
 from dataclasses import dataclass
 
 ASYNC_DEFAULT = 1  # async mode's bound when the config leaves max_staleness unset
+# Deployment modes. one-step-off is async with S = 1 fixed (verl's one_step_off_policy recipe, NeMo-RL's
+# async GRPO at max_trajectory_age_steps 1): step t + 1 generates while step t trains, from the weights
+# after step t - 1. It is a name for what users ask for, not a second loop.
+MODES = ("sync", "one-step-off", "async")
+ASYNC_MODES = ("one-step-off", "async")
 
 
 @dataclass(frozen=True)
@@ -55,7 +60,12 @@ class StalenessPolicy:
 
     @classmethod
     def for_run(cls, mode: str, max_staleness: int | None) -> "StalenessPolicy":
-        """async: S (1 when unset); sync: S only when the user set it, else unbounded."""
+        """async: S (1 when unset); one-step-off: 1; sync: S only when the user set it, else unbounded."""
+        if mode == "one-step-off":
+            if max_staleness not in (None, 1):
+                raise ValueError(f"max_staleness: mode one-step-off is async with S = 1, got {max_staleness}; "
+                                 "use mode async for another bound")
+            return cls(1)
         if mode == "async":
             return cls(ASYNC_DEFAULT if max_staleness is None else int(max_staleness))
         return cls(None if max_staleness is None else int(max_staleness))

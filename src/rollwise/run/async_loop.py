@@ -95,7 +95,7 @@ class AsyncLoop:
         # began, less the pauses for evaluation and checkpoints. Generation holds `quiet` while it collects
         # and evaluation takes it, so no step is generated during an evaluation that is not counted.
         self.quiet = threading.Lock()
-        self.paused_s = 0.0
+        self.paused_s = self.paused_cpu = 0.0
 
     # ---- generation thread ------------------------------------------------------------------
     def _generate(self) -> None:
@@ -135,7 +135,8 @@ class AsyncLoop:
         self._gen = gen
         self.pool.wait_ready()  # worker start-up is not training time (the sync loop builds its engine first)
         self.wall0 = led.seconds.get("step", 0.0)  # a resumed run's training wall time so far
-        self.started = time.perf_counter()
+        self.cpu0 = led.seconds.get("step_cpu", 0.0)
+        self.started, self.cpu_started = time.perf_counter(), time.process_time()
         gen.start()
         while True:
             item = self.queue.get()
@@ -173,17 +174,21 @@ class AsyncLoop:
 
     @contextlib.contextmanager
     def _unclocked(self):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         try:
             yield
         finally:
             self.paused_s += time.perf_counter() - t0
+            self.paused_cpu += time.process_time() - c0
 
     def timing(self) -> dict:
+        """Training time so far: wall, and this process's CPU (the learner and, with workers 0, generation;
+        Ray workers' own processes are not in it)."""
         led = self.ledger
         led.set_seconds("step", self.wall0 + time.perf_counter() - self.started - self.paused_s)
-        return {"wall_s": led.seconds["step"], "gen_s": led.seconds.get("generate", 0.0),
-                "worker_restarts": self.pool.restarts}
+        led.set_seconds("step_cpu", self.cpu0 + time.process_time() - self.cpu_started - self.paused_cpu)
+        return {"wall_s": led.seconds["step"], "cpu_s": led.seconds["step_cpu"],
+                "gen_s": led.seconds.get("generate", 0.0), "worker_restarts": self.pool.restarts}
 
     def checkpoint(self) -> None:
         with self._unclocked():  # generation waits for it at checkpoint steps (quiescent), as the sync loop does
@@ -234,6 +239,9 @@ def check_async(cfg) -> None:
     """Async settings that cannot work, refused before any work is done."""
     if cfg.workers < 0:
         raise ValueError(f"workers must be >= 0 (0: one worker in this process, no Ray), got {cfg.workers}")
+    if cfg.mode == "one-step-off" and cfg.max_staleness not in (None, 1):
+        raise ValueError(f"max_staleness: mode one-step-off is async with S = 1, got {cfg.max_staleness}; use mode "
+                         "async for another bound")
     if cfg.max_staleness is not None and cfg.max_staleness < 0:
         raise ValueError(f"max_staleness must be >= 0, got {cfg.max_staleness}")
     if cfg.learner.lora:  # the workers load the base model and take state_dict snapshots of the policy

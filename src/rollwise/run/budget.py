@@ -28,13 +28,14 @@ class Budget:
     compute: float = 0.0  # compute units under `profile` (0: no limit)
     every_compute: float = 0.0
     profile: object = None  # a bench.costs.CostProfile
+    seconds: float = 0.0  # wall seconds of training (0: no limit); wall-clock plans end runs on it
 
     @classmethod
     def from_config(cls, cfg) -> "Budget":
         from ..bench.costs import load_profile
 
         return cls(int(cfg.budget_tokens), int(cfg.eval_every_tokens), float(cfg.budget_compute),
-                   float(cfg.eval_every_compute), load_profile(cfg.cost_profile))
+                   float(cfg.eval_every_compute), load_profile(cfg.cost_profile), float(cfg.budget_seconds))
 
     def spent(self, ledger) -> Spent:
         return self.spent_of(ledger.budget_tokens(), ledger.work())
@@ -47,6 +48,10 @@ class Budget:
 
     def exhausted_at(self, s: Spent) -> bool:
         return bool(self.tokens and s.tokens >= self.tokens) or bool(self.compute and s.compute >= self.compute)
+
+    def out_of_time(self, wall_s: float) -> bool:
+        """The wall-second budget is spent (read apart from the counts: wall time is the source's clock)."""
+        return bool(self.seconds and wall_s >= self.seconds)
 
     def exhausted(self, ledger) -> bool:
         return self.exhausted_at(self.spent(ledger))

@@ -20,7 +20,7 @@ from ..control.base import Planner, build_planner
 from ..core import registry
 from ..core.history import PromptHistory
 from ..core.ledger import Ledger
-from ..core.staleness import StalenessPolicy
+from ..core.staleness import ASYNC_MODES, StalenessPolicy
 from ..learn.learner import Learner
 from ..policy.policy import Policy
 from ..policy.warmstart import base_checkpoint
@@ -86,7 +86,7 @@ def build_run(cfg: Config, log=print) -> Parts:
     except ValueError as e:
         raise ValueError(f"model {model_path}: {e}") from None
     check_prompts(task, pool, heldout, policy, cfg)
-    if cfg.mode == "async" and cfg.learner.correction == "none" and "correction" not in cfg.explicit:
+    if cfg.mode in ASYNC_MODES and cfg.learner.correction == "none" and "correction" not in cfg.explicit:
         cfg.learner.correction = "areal-decoupled"  # stale tokens need a correction (run/async_loop.py)
     ref = load_policy(model_path).to(device) if cfg.learner.kl_coef > 0 else None
     engine = build_trainer_engine(cfg, policy)

@@ -18,6 +18,7 @@ import yaml
 
 from ..core import yamlsafe
 from ..core.settings import setting
+from ..core.staleness import MODES
 from ..learn.learner import LearnerConfig
 from ..policy.warmstart import WarmStartConfig
 
@@ -39,7 +40,9 @@ class Config:
     top_p: float = setting(1.0, "nucleus sampling threshold, in (0, 1]")
     max_new_tokens: int | None = setting(None, "response length limit (none: the task's default, else 10)")
     engine: str = setting("torch", "a registered engine (torch, vllm) or 'module:Class'")
-    mode: str = setting("sync", "sync: one step at a time; async: Ray rollout workers run ahead of the learner")
+    mode: str = setting("sync", "sync: one step at a time; async: rollout workers run ahead of the learner within "
+                                "max_staleness; one-step-off: async with max_staleness 1 (the next step generates "
+                                "while this one trains)")
     workers: int = setting(1, "async: rollout workers (Ray actors), each with its own engine and policy copy; "
                               "0: one worker in this process, without Ray")
     max_staleness: int | None = setting(None, "the bound on a trained token's age in policy updates "
@@ -50,6 +53,9 @@ class Config:
                                  "available)")
     seed: int = setting(0, "seed of every random stream of the run")
     budget_tokens: int = setting(0, "stop once this many generated tokens are spent (0: no limit)")
+    budget_seconds: float = setting(0.0, "stop once this many wall seconds of training are spent (evaluations and "
+                                         "checkpoints excluded; 0: no limit). A run that ends on it is not a "
+                                         "function of its seed: for wall-clock plans, not for resumable figures")
     budget_compute: float = setting(0.0, "stop once this many compute units are spent under cost_profile: decode, "
                                          "prefill and the learner's passes priced per token (0: no limit; "
                                          "run/budget.py)")
@@ -312,6 +318,8 @@ RANGES: dict[str, tuple] = {
     "seed": (lambda v: 0 <= v < 2 ** 63, "in [0, 2**63)"),
     "budget_tokens": (lambda v: v >= 0, ">= 0 (0 = no limit)"),
     "budget_compute": (_finite_ge0, "a finite number >= 0 (0 = no limit)"),
+    "budget_seconds": (_finite_ge0, "a finite number >= 0 (0 = no limit)"),
+    "mode": (lambda v: v in MODES, " or ".join(MODES)),
     "eval_every_compute": (_finite_ge0, "a finite number >= 0 (0 = off)"),
     "eval_every": (lambda v: v >= 0, ">= 0 (0 = off)"),
     "eval_every_tokens": (lambda v: v >= 0, ">= 0 (0 = off)"),

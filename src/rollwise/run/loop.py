@@ -33,6 +33,7 @@ import torch
 from tqdm import tqdm
 
 from ..control.base import StepContext
+from ..core.staleness import ASYNC_MODES
 from .config import Config, config_changes, RESUME_MAY_CHANGE
 from .evaluate import OUTCOMES, check_finite_weights, evaluate
 from . import resume, rundir
@@ -180,7 +181,7 @@ class Trainer:
     def source(self):
         """The source of trained steps for the schedule, by the run's mode, built from the run's parts (a
         deployment mode is one more branch here and a class with SyncSteps' five methods)."""
-        if self.cfg.mode == "async":
+        if self.cfg.mode in ASYNC_MODES:
             from .async_loop import AsyncLoop
 
             return AsyncLoop(self.parts, self)
@@ -198,11 +199,13 @@ class Trainer:
             for done in source.steps():
                 self.step = done.step  # the schedule's count: steps trained so far
                 row = self.step_row(done.ctx, done.out, done.view, done.tokens_before)
-                last = self.step >= cfg.steps or self.budget.exhausted_at(done.spent)
+                timing = source.timing()  # training time up to this step's end (read before its evaluation)
+                last = self.step >= cfg.steps or self.budget.exhausted_at(done.spent) \
+                    or self.budget.out_of_time(timing["wall_s"])
                 if evals and (last or self._eval_due(before, done.spent)):
                     with source.paused():  # not training time; an async source generates nothing meanwhile
                         row.update(self._evaluate())
-                row.update(source.timing())
+                row.update(timing)
                 rows.append(self._log_row(row, metrics_file))
                 before = done.spent
                 bar.update(1)
@@ -388,7 +391,8 @@ class SyncSteps:
         self.ledger, self.budget, self.steps_total, self.run = parts.ledger, parts.budget, parts.cfg.steps, run
 
     def steps(self):
-        while self.run.step < self.steps_total and not self.budget.exhausted(self.ledger):
+        while self.run.step < self.steps_total and not self.budget.exhausted(self.ledger) \
+                and not self.budget.out_of_time(self.ledger.seconds.get("step", 0.0)):
             with self.ledger.timer("step"):
                 done = self.run.one_step()
             yield done
@@ -398,7 +402,8 @@ class SyncSteps:
 
     def timing(self) -> dict:
         led = self.ledger
-        return {"wall_s": led.seconds["step"], "gen_s": led.seconds.get("generate", 0.0)}  # eval excluded
+        return {"wall_s": led.seconds["step"], "cpu_s": led.seconds["step_cpu"],  # eval excluded
+                "gen_s": led.seconds.get("generate", 0.0)}
 
     def checkpoint(self) -> None:
         self.run.save_checkpoint()

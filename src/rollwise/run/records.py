@@ -17,6 +17,9 @@ from pathlib import Path
 import numpy as np
 
 METRICS = "metrics.jsonl"
+# Fields read off a clock (training time so far: wall, this process's CPU, generation; Ray worker restarts):
+# they differ between two runs of one seed, so reruns and exactness checks compare every field but these.
+TIMING = ("wall_s", "cpu_s", "gen_s", "worker_restarts")
 
 
 def metrics_path(where: str | Path) -> Path:
