@@ -30,7 +30,7 @@ PRIMARY = ("greedy", "pass@k", "sampled")
 SPLITS = ("test", "validation")
 KIND_SPLIT = {"exploratory": "validation", "confirmatory": "test"}  # tuning reads validation, reports read test
 # run settings an arm may not override: they are what makes the arms comparable
-PLAN_KEYS = ("planner", "seed", "task", "steps", "budget_tokens", "budget_compute", "cost_profile", "eval_every",
+PLAN_KEYS = ("planner", "seed", "task", "steps", "budget_tokens", "budget_compute", "budget_seconds", "cost_profile", "eval_every",
              "eval_every_tokens", "eval_every_compute", "eval_size", "eval_k", "eval_samples")
 TOP_FIELDS = {"name", "kind", "task", "task_options", "data_seed", "baseline", "arms", "seeds", "budget", "evaluation", "family",
               "decision", "chosen_from", "replication", "engine", "sim_profile", "pool_size", "notes"}
@@ -41,7 +41,7 @@ REQUIRED = ("name", "kind", "task", "data_seed", "baseline", "arms", "seeds", "b
 MAX_SEEDS = 1000
 MAX_SIZE = {"pool_size": 1_000_000, "evaluation.size": 1_000_000, "evaluation.evaluations": 1000,
             "evaluation.k": 1024, "evaluation.samples": 1024, "budget.tokens": 10 ** 12,
-            "budget.compute_units": 1e15}
+            "budget.compute_units": 1e15, "budget.wall_seconds": 1e7}
 
 
 class PlanError(ValueError):
@@ -86,6 +86,14 @@ class Plan:
     pool_size: int = 300
     options: dict = field(default_factory=dict)  # the plan's `task_options` block: the task of every arm
     replication: str | None = None  # why a confirmatory plan re-reads a test split an earlier record read
+    # a wall-clock plan's cap on each run's training seconds (0: none); such a plan runs one run at a time
+    budget_seconds: float = 0.0
+
+    @property
+    def wall_clock(self) -> bool:
+        """A plan whose figures are read on the wall clock: it ends runs on wall seconds, so its runs go one at
+        a time (WAVE4: nothing else heavy on the machine while a wall-clock plan runs)."""
+        return self.budget_seconds > 0
 
     def metric(self) -> str:
         """The metrics-row field the primary figure reads (run/evaluate.py writes them)."""
@@ -255,8 +263,15 @@ def parse_plan(text: str, where: str = "plan") -> Plan:
     profile = _need(budget, "profile", str, bw)
     if compute <= 0 or tokens <= 0:
         raise PlanError(f"{bw}: compute_units and tokens must be > 0")
+    bad = sorted(set(budget) - {"compute_units", "tokens", "profile", "wall_seconds"})
+    if bad:
+        raise PlanError(f"{bw}: unknown field {bad[0]!r}; budget has compute_units, tokens, profile, wall_seconds")
+    wall = _need(budget, "wall_seconds", (int, float), bw, 0.0, required=False)
+    if wall < 0:
+        raise PlanError(f"{bw}: wall_seconds must be >= 0 (0: no wall-clock cap), got {wall!r}")
     _bounded(compute, "budget.compute_units", bw)
     _bounded(tokens, "budget.tokens", bw)
+    _bounded(wall, "budget.wall_seconds", bw)
     from .costs import load_profile
 
     try:
@@ -331,7 +346,7 @@ def parse_plan(text: str, where: str = "plan") -> Plan:
     return Plan(name, kind, task, data_seed, baseline, arms, seeds, float(compute), profile, tokens, split,
                 eval_size, evaluations, k, samples, primary, list(family), float(alpha), float(goal), chosen_from,
                 engine, _need(doc, "sim_profile", str, where, "tiny", required=False), pool_size, dict(options),
-                _need(doc, "replication", str, where, None, required=False))
+                _need(doc, "replication", str, where, None, required=False), float(wall))
 
 
 def load_plan(path: str | Path) -> tuple[Plan, bytes]:
@@ -383,6 +398,8 @@ def arm_config(plan: Plan, arm: str, out: Path, jobs: int = 2) -> BenchConfig:
     """The equal-budget bench of one arm: its planner and settings on the plan's seeds (+ its offset)."""
     a = plan.arms[arm]
     extra = dict(a.settings)
+    if plan.budget_seconds:
+        extra["budget_seconds"] = plan.budget_seconds
     if plan.engine != "sim":
         if plan.eval_k:
             extra.setdefault("eval_k", plan.eval_k)
@@ -547,10 +564,32 @@ def run_plan(plan: Plan, raw: bytes, plan_path: Path, out: Path, jobs: int = 2, 
     check_plan(plan, plan_path)  # bad task options or arm settings fail before anything is written
     if recorded_digest(out) is None:  # nor is an empty --out made for a plan that may not start
         _committed_if_confirmatory(plan, plan_path, out)
+    if plan.wall_clock and jobs != 1:
+        log(f"bench plan {plan.name}: a wall-clock plan (budget.wall_seconds) runs one run at a time; --jobs {jobs} "
+            "ignored")
+        jobs = 1
     configs = {a: arm_config(plan, a, out, jobs) for a in plan.arms}
     out.mkdir(parents=True, exist_ok=True)
     with OutLock(out, "bench --plan --out"):
         record_plan(plan, raw, plan_path, out)
         for arm, cfg in configs.items():
             log(f"bench plan {plan.name}: arm {arm} ({plan.arms[arm].planner}), seeds {cfg.seed_values[0]}..{cfg.seed_values[-1]}")
-        run_benches(list(configs.values()), jobs, log=log)  # one queue: no core idles at an arm's last seed
+        record_load(out, "start")
+        # one queue, seed by seed with the arms' order rotated (runner.interleave): arms share the machine's
+        # noise, and no core idles at an arm's last seed
+        run_benches(list(configs.values()), jobs, log=log)
+        record_load(out, "end")
+
+
+def record_load(out: Path, when: str) -> None:
+    """The machine's load averages at a plan's start and end (appended to DIR/load.jsonl): a wall-clock
+    figure is only as good as the quiet it was measured in (WAVE4)."""
+    import os
+    import time
+
+    try:
+        load = list(os.getloadavg())
+    except OSError:  # not every platform has them
+        load = None
+    with (out / "load.jsonl").open("a") as f:
+        f.write(json.dumps({"when": when, "time": time.time(), "loadavg": load, "cpus": os.cpu_count()}) + "\n")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import costs, stats
+from . import clock, costs, stats
 from ..run.evaluate import OUTCOMES, unpack_outcomes
 from .plan import Plan, arm_config, data_split_note
 from .report import _html, load_run
@@ -198,6 +198,9 @@ def summarize_plan(plan: Plan, out: Path, bootstrap_seed: int = 0, power_sims: i
             "diff_sd": sd, "power": power,
             "also": {o: also_against(plan, runs, arm, o, axis, rng) for o in plan.arms[arm].also_against},
         }
+        # the same curves on the wall and CPU clocks (drawn last, so the figures above keep their draws)
+        if plan.engine != "sim":  # the simulator's seconds are modelled, not read off a clock
+            summary["arms"][arm]["clock"] = clock.clock_figures(tb, ta, rng, plan.budget_seconds)
     # Holm over the whole preregistered family: an arm without results yet counts with p = 1, so a
     # partial report is never less strict than the final one
     adjusted = stats.holm([summary["arms"][a].get("p", 1.0) for a in plan.family])
@@ -324,6 +327,7 @@ def markdown(summary: dict) -> str:
         for a, g in sym.items():
             lines.append(f"| {a} | {g['base_acc']:.3f} → {g['end_acc']:.3f} ({g['target']:.3f}) | "
                          f"{stats.ratio_text(g)} |")
+    lines += clock.markdown_lines(summary["arms"])
     also = [(a, o, x) for a, d in summary["arms"].items() for o, x in d.get("also", {}).items() if x.get("seeds_paired")]
     if also:
         lines += ["", "Also compared, described and not decided (uncorrected p; e.g. GRPO at the group size the arm "

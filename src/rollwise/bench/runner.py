@@ -206,11 +206,12 @@ def run_benches(cfgs: list[BenchConfig], jobs: int, log=print) -> None:
     for cfg in cfgs:
         _check(cfg)
     with ExitStack() as locks:
-        queue = []
+        todo = []
         for cfg in cfgs:
             Path(cfg.out).mkdir(parents=True, exist_ok=True)
             locks.enter_context(OutLock(Path(cfg.out), "bench --out"))
-            queue += [(cfg, k) for k in _prepare(cfg, log)]
+            todo.append([(cfg, k) for k in _prepare(cfg, log)])
+        queue = interleave(todo)
         if not queue:
             return
         for cfg in {id(c): c for c, _ in queue}.values():
@@ -232,6 +233,17 @@ def run_benches(cfgs: list[BenchConfig], jobs: int, log=print) -> None:
                     proc.wait()
                 else:  # the stopped part's CPU: the resumed run adds it to its own (done.json)
                     add_partial_cpu(run_dir(cfg, *key), cpu)
+
+
+def interleave(runs: list[list]) -> list:
+    """Several benches' runs (a plan's arms, each in seed order) as one queue, seed by seed, the arms' order
+    rotated one place each seed: arm A's seed 0, B's 0, B's 1, A's 1, ... So every arm's runs meet the same
+    spells of load on a shared machine (WAVE4's rule for wall-clock figures), and none waits for the end."""
+    out = []
+    for i in range(max((len(r) for r in runs), default=0)):
+        order = runs[i % len(runs):] + runs[:i % len(runs)]
+        out += [r[i] for r in order if i < len(r)]
+    return out
 
 
 def _check(cfg: BenchConfig) -> None:

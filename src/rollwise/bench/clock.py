@@ -1,0 +1,92 @@
+"""A plan's figures on the clock: wall seconds and CPU seconds to target, and the paired per-seed speed.
+
+Compute units price no idle time, so the arms that remove idle time (one-step-off, fully async, tail
+batching) are invisible in them. Every metrics row carries `wall_s` and `cpu_s`, the run's training time so
+far (evaluations and checkpoints excluded; run/records.py TIMING), so the same curves can be read on
+either clock. WAVE4's rule for a shared machine: arms run interleaved seed by seed with their order
+rotated (bench/runner.py), the figure is the **median of paired per-seed ratios** with a bootstrap interval,
+and CPU seconds stand beside wall seconds (an async arm that is faster on the wall clock by using a second
+core is not cheaper: its CPU seconds say so).
+
+Two figures per arm and clock:
+  * time to target: Bench 4.0's symmetric definition (bench/stats.py `symmetric_time_to_target`, 80% of
+    the baseline's gain), read on the clock instead of compute units. Its budget on the clock is the
+    plan's `budget.wall_seconds` for the wall clock when it sets one, else the longest run of the two arms
+    (each curve held flat past its run's end, as on the compute axis);
+  * seconds per step: baseline's / arm's, per seed, median over seeds — the systems speed alone.
+Records from before the clock fields (no `cpu_s`) give no clock figures, and the report says so.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import stats
+
+CLOCKS = ("wall_s", "cpu_s")
+
+
+def on_clock(rows: list[dict], field: str) -> list[dict] | None:
+    """The run's rows with `tokens` replaced by its training time on the clock (step 0 at 0); None where a
+    trained row lacks the field (a record from before it)."""
+    trained = [r for r in rows if r.get("step", 0) > 0]
+    if not trained or any(field not in r for r in trained):
+        return None
+    return stats.with_x(rows, [0.0 if r.get("step", 0) == 0 else float(r[field]) for r in rows])
+
+
+def seconds_per_step(rows: list[dict], field: str) -> float:
+    last = max((r for r in rows if r.get("step", 0) > 0), key=lambda r: r["step"])
+    return float(last[field]) / last["step"]
+
+
+def median_paired_ratio(base, arm, rng: np.random.Generator, samples: int = stats.BOOTSTRAP_SAMPLES) -> dict:
+    """Median over seeds of base[i] / arm[i] (> 1: the arm is faster), with a 95% bootstrap interval that
+    resamples seeds. The median, not the mean: one run slowed by a neighbour on the machine moves it least."""
+    r = np.asarray(base, dtype=float) / np.asarray(arm, dtype=float)
+    if r.size == 0:
+        raise ValueError("median_paired_ratio: no paired seeds")
+    meds = np.median(r[stats.resample_indices(len(r), rng, samples)], axis=1)
+    lo, hi = stats.percentile_interval(meds)
+    return {"ratio": float(np.median(r)), "lo": lo, "hi": hi, "per_seed": r.tolist()}
+
+
+def clock_figures(base_rows: list[list[dict]], arm_rows: list[list[dict]], rng: np.random.Generator,
+                  wall_budget: float = 0.0) -> dict | None:
+    """{clock: {"to_target": symmetric time-to-target, "per_step": median paired ratio, "budget": seconds}}
+    for the paired runs (each a list of rows with the primary metric as eval_acc), or None where a run
+    has no clock fields."""
+    out = {}
+    for field in CLOCKS:
+        b = [on_clock(r, field) for r in base_rows]
+        a = [on_clock(r, field) for r in arm_rows]
+        if any(x is None for x in b + a):
+            return None
+        budget = wall_budget if field == "wall_s" and wall_budget else max(
+            float(r[-1]["tokens"]) for r in b + a)
+        out[field] = {"budget": budget,
+                      "to_target": stats.symmetric_time_to_target(b, a, budget, rng),
+                      "per_step": median_paired_ratio([seconds_per_step(r, field) for r in base_rows],
+                                                      [seconds_per_step(r, field) for r in arm_rows], rng)}
+    return out
+
+
+def markdown_lines(arms: dict) -> list[str]:
+    """The report's clock table, from each arm's `clock` entry (None: no clock fields in its records)."""
+    have = {a: d["clock"] for a, d in arms.items() if d.get("clock")}
+    if not have:
+        return ["", "Clock figures: not available (these runs predate `cpu_s` in the metrics rows)."] \
+            if any("clock" in d for d in arms.values()) else []
+
+    def per_step(g):
+        return f"{g['ratio']:.2f}× [{g['lo']:.2f}×, {g['hi']:.2f}×]"
+    lines = ["", "On the clock (measured on this machine; training time, evaluations and checkpoints excluded). "
+             "Time to target as above, read in seconds; speed is the baseline's seconds per step over the arm's, "
+             "median of paired seeds. Wall seconds depend on the machine's load; CPU seconds count this process's "
+             "threads (not a Ray worker's own process).", "",
+             "| arm | wall-clock to target [95% CI] | CPU-seconds to target [95% CI] | wall s/step speed | "
+             "CPU s/step speed |", "|---|---|---|---|---|"]
+    for a, c in have.items():
+        lines.append(f"| {a} | {stats.ratio_text(c['wall_s']['to_target'])} | "
+                     f"{stats.ratio_text(c['cpu_s']['to_target'])} | {per_step(c['wall_s']['per_step'])} | "
+                     f"{per_step(c['cpu_s']['per_step'])} |")
+    return lines
