@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import shlex
 import sys
+from pathlib import Path
 
 from .runner import BenchConfig, run_all, task_bench_defaults, task_mixes
 
-QUICK = dict(planners=["uniform", "dapo", "greso", "oracle"], seeds=2, budget_tokens=40_000, eval_size=1000)
+# `--quick`: a shipped plan (tuned GRPO, a compute budget, both evaluation figures, two seeds that decide nothing)
+QUICK_PLAN = Path(__file__).resolve().parent.parent / "assets" / "plans" / "quick.yaml"
 
 
 def add_bench_parser(sub) -> None:
@@ -20,7 +22,8 @@ def add_bench_parser(sub) -> None:
     p.add_argument("--dry-run", action="store_true", dest="dry_run",
                    help="with --plan: print the estimated core-hours per arm and in total, run nothing")
     p.add_argument("--quick", action="store_true",
-                   help="GRPO, DAPO, GRESO and the oracle, 2 seeds, 40k tokens (2.4–3.1 min on an idle 2-core machine)")
+                   help="the shipped quick plan (src/rollwise/assets/plans/quick.yaml): tuned GRPO against pods+ar3po "
+                        "and one-step-off on task 1, a compute budget, 2 seeds (a first look, no verdict)")
     p.add_argument("--planners", help="comma-separated planner specs (uniform = GRPO is always included)")
     p.add_argument("--task",
                    help="a registered task (arithmetic, chain, ...); its defaults set the budget and mixes")
@@ -57,6 +60,14 @@ def cmd_bench(args) -> int:
         if args.what[0] != "status" or len(args.what) != 2:
             raise ValueError(f"bench: unexpected {' '.join(args.what)!r}; expected `rollwise bench status DIR`")
         return cmd_status(args.what[1])
+    if args.quick:
+        if args.plan:
+            raise ValueError("bench: --quick runs the shipped quick plan; drop --plan or --quick")
+        given = [k for k in PLAN_SETS if k != "quick" and getattr(args, k, None) not in (None, False, [])]
+        if given:
+            raise ValueError(f"bench --quick: the quick plan sets what --{given[0].replace('_', '-')} would; drop it, or "
+                             "copy src/rollwise/assets/plans/quick.yaml and run it with --plan")
+        args.plan, args.quick, args.out = str(QUICK_PLAN), False, args.out or "bench-out"
     if args.plan:
         return cmd_plan(args)
     if args.dry_run:
@@ -64,8 +75,6 @@ def cmd_bench(args) -> int:
     args.task = args.task or "arithmetic"
     args.out = args.out or "bench-out"
     kw = task_bench_defaults(args.task)  # e.g. a budget sized to the task's response lengths
-    if args.quick:
-        kw.update({k: v for k, v in QUICK.items() if k not in kw})
     kw["task"] = args.task
     if args.planners:
         kw["planners"] = [p.strip() for p in args.planners.split(",") if p.strip()]
@@ -108,8 +117,6 @@ PLAN_SETS = ("planners", "task", "mixes", "seeds", "seed_start", "budget", "targ
 
 def cmd_plan(args) -> int:
     """`rollwise bench --plan PLAN.yaml`: record the plan, run its arms, write its report."""
-    from pathlib import Path
-
     from .plan import check_plan, load_plan, record_plan, recorded_digest, run_plan, sha256
     from .plan_cost import estimate, format_estimate
     from .plan_report import refuse_empty_report, write_plan_report
@@ -162,7 +169,6 @@ def plan_run_dirs(plan, out) -> list:
 def cmd_status(directory: str) -> int:
     """`rollwise bench status DIR`: a planned bench's runs done and left, core-hours spent and left; a
     finished run whose metrics changed since it finished is flagged, and the exit status is 1."""
-    from pathlib import Path
 
     from .plan import recorded_plan
     from .plan_cost import estimate, format_estimate
