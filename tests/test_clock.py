@@ -47,6 +47,7 @@ def test_clock_figures_read_the_same_curve_on_wall_and_cpu_seconds():
     assert f["cpu_s"]["to_target"]["ratio"] == pytest.approx(1.0)
     assert f["wall_s"]["per_step"]["ratio"] == pytest.approx(2.0)
     assert f["cpu_s"]["per_step"]["ratio"] == pytest.approx(1.0)
+    assert f["steps"]["ratio"] == pytest.approx(1.0)  # the same learning per step: the speed is all of it
     assert f["wall_s"]["budget"] == pytest.approx(8.0)  # the longest run, when the plan sets no wall budget
     assert clock.clock_figures(base, arm, np.random.default_rng(0), wall_budget=6.0)["wall_s"]["budget"] == 6.0
 
@@ -127,5 +128,17 @@ def test_the_plan_report_has_a_clock_table(tmp_path):
     assert c["wall_s"]["to_target"]["ratio"] == pytest.approx(2.0) and c["wall_s"]["budget"] == 8
     assert c["cpu_s"]["per_step"]["ratio"] == pytest.approx(1.0)
     md = markdown(summary)
-    assert ("| greso | 2.00× [2.00×, 2.00×] | 1.00× [1.00×, 1.00×] | 2.00× [2.00×, 2.00×] "
-            "| 1.00× [1.00×, 1.00×] |") in md
+    assert ("| greso | 2.00× [2.00×, 2.00×] | 1.00× [1.00×, 1.00×] | 1.00× [1.00×, 1.00×] | 2.00× [2.00×, 2.00×] "
+            "| 1.00× [1.00×, 1.00×] | +0.0000 [+0.0000, +0.0000] | yes: nearly lossless |") in md
+
+
+def test_equivalence_is_the_interval_inside_the_margin():
+    base = [_rows(1.0, 1.0, [0.2, 0.5, 0.6]) for _ in range(4)]
+    near = [_rows(1.0, 1.0, [0.2, 0.5, 0.6 + d]) for d in (0.004, -0.003, 0.002, 0.001)]
+    far = [_rows(1.0, 1.0, [0.2, 0.5, 0.6 + d]) for d in (0.02, 0.03, 0.0, 0.01)]
+    rng = np.random.default_rng(0)
+    # the budget is the last evaluation's tokens (400): read there, the differences are the d's
+    e = clock.equivalence(base, near, 400, rng)
+    assert e["diff"] == pytest.approx(0.001) and e["equivalent"]
+    f = clock.equivalence(base, far, 400, rng)
+    assert f["diff"] == pytest.approx(0.015) and f["hi"] > 0.01 and not f["equivalent"]

@@ -14,6 +14,10 @@ Two figures per arm and clock:
     plan's `budget.wall_seconds` for the wall clock when it sets one, else the longest run of the two arms
     (each curve held flat past its run's end, as on the compute axis);
   * seconds per step: baseline's / arm's, per seed, median over seeds — the systems speed alone.
+And the equivalence test WAVE4 sets before an arm that changes what is trained a little may be called nearly
+lossless: the 95% interval of the accuracy difference at the (compute) budget inside +-0.01.
+Beside them, the same target on trained steps (sample efficiency alone): a clock's ratio is roughly steps to
+target x speed per step, so the table shows which of the two an arm changes.
 Records from before the clock fields (no `cpu_s`) give no clock figures, and the report says so.
 """
 from __future__ import annotations
@@ -50,12 +54,33 @@ def median_paired_ratio(base, arm, rng: np.random.Generator, samples: int = stat
     return {"ratio": float(np.median(r)), "lo": lo, "hi": hi, "per_seed": r.tolist()}
 
 
+EQUIVALENCE_MARGIN = 0.01  # WAVE4: "nearly lossless" only if the 95% interval lies inside +-0.01
+
+
+def equivalence(base_rows: list[list[dict]], arm_rows: list[list[dict]], budget: float, rng: np.random.Generator,
+                margin: float = EQUIVALENCE_MARGIN) -> dict:
+    """The accuracy difference at the budget (arm - baseline, paired by seed, rows on the budget's axis) with
+    its 95% bootstrap interval, and whether that interval lies inside +-margin: WAVE4's test before an arm
+    that changes what is trained a little (one-step-off, async, tail batching) may be called nearly lossless."""
+    d = stats.paired_difference([float(stats.acc_at(r, budget)) for r in base_rows],
+                                [float(stats.acc_at(r, budget)) for r in arm_rows], rng)
+    return {**d, "margin": margin, "equivalent": bool(-margin <= d["lo"] and d["hi"] <= margin)}
+
+
+def steps_to_target(base_rows: list[list[dict]], arm_rows: list[list[dict]], rng: np.random.Generator) -> dict:
+    """The symmetric time-to-target on trained steps: sample efficiency alone, so that a clock's ratio reads as
+    (steps to target) x (seconds per step), what is learned per step times how fast a step goes."""
+    b = [stats.with_x(r, [float(x.get("step", 0)) for x in r]) for r in base_rows]
+    a = [stats.with_x(r, [float(x.get("step", 0)) for x in r]) for r in arm_rows]
+    return stats.symmetric_time_to_target(b, a, max(float(r[-1]["tokens"]) for r in b + a), rng)
+
+
 def clock_figures(base_rows: list[list[dict]], arm_rows: list[list[dict]], rng: np.random.Generator,
                   wall_budget: float = 0.0) -> dict | None:
     """{clock: {"to_target": symmetric time-to-target, "per_step": median paired ratio, "budget": seconds}}
-    for the paired runs (each a list of rows with the primary metric as eval_acc), or None where a run
-    has no clock fields."""
-    out = {}
+    for the paired runs (each a list of rows with the primary metric as eval_acc), and "steps": the same
+    target on trained steps; None where a run has no clock fields."""
+    out = {"steps": steps_to_target(base_rows, arm_rows, rng)}
     for field in CLOCKS:
         b = [on_clock(r, field) for r in base_rows]
         a = [on_clock(r, field) for r in arm_rows]
@@ -83,10 +108,14 @@ def markdown_lines(arms: dict) -> list[str]:
              "Time to target as above, read in seconds; speed is the baseline's seconds per step over the arm's, "
              "median of paired seeds. Wall seconds depend on the machine's load; CPU seconds count this process's "
              "threads (not a Ray worker's own process).", "",
-             "| arm | wall-clock to target [95% CI] | CPU-seconds to target [95% CI] | wall s/step speed | "
-             "CPU s/step speed |", "|---|---|---|---|---|"]
+             "| arm | wall-clock to target [95% CI] | CPU-seconds to target [95% CI] | steps to target [95% CI] "
+             "| wall s/step speed | CPU s/step speed | Δ accuracy at the budget [95% CI] | within ±0.01 |",
+             "|---|---|---|---|---|---|---|---|"]
     for a, c in have.items():
+        eq = arms[a].get("equivalence")
+        eq_text = (f"{eq['diff']:+.4f} [{eq['lo']:+.4f}, {eq['hi']:+.4f}] | "
+                   f"{'yes: nearly lossless' if eq['equivalent'] else 'no'}") if eq else "— | —"
         lines.append(f"| {a} | {stats.ratio_text(c['wall_s']['to_target'])} | "
-                     f"{stats.ratio_text(c['cpu_s']['to_target'])} | {per_step(c['wall_s']['per_step'])} | "
-                     f"{per_step(c['cpu_s']['per_step'])} |")
+                     f"{stats.ratio_text(c['cpu_s']['to_target'])} | {stats.ratio_text(c['steps'])} | "
+                     f"{per_step(c['wall_s']['per_step'])} | {per_step(c['cpu_s']['per_step'])} | {eq_text} |")
     return lines
