@@ -142,3 +142,36 @@ def test_equivalence_is_the_interval_inside_the_margin():
     assert e["diff"] == pytest.approx(0.001) and e["equivalent"]
     f = clock.equivalence(base, far, 400, rng)
     assert f["diff"] == pytest.approx(0.015) and f["hi"] > 0.01 and not f["equivalent"]
+
+
+def test_the_two_way_interval_reads_outcomes_at_the_evaluations_only(tmp_path):
+    """Per-prompt outcomes exist at evaluation steps only; rows between evaluations must not hide them (the
+    report said "not available" for every real run). Mean over prompts of the per-prompt area = the area of
+    the mean accuracy, so the two-way figure's point estimate is the primary one."""
+    from rollwise.bench.plan_report import summarize_plan
+    from rollwise.run.evaluate import OUTCOMES
+
+    p = planmod.parse_plan(WALL_PLAN)
+    out = tmp_path / "out"
+    for arm, accs in (("grpo", [0.2, 0.4, 0.5, 0.6, 0.6]), ("grpo-aa", [0.2, 0.4, 0.5, 0.6, 0.6]),
+                      ("greso", [0.2, 0.5, 0.6, 0.7, 0.7])):
+        cfg = planmod.arm_config(p, arm, out)
+        for s in p.run_seeds(arm):
+            d = run_dir(cfg, "default", p.arms[arm].planner, s)
+            d.mkdir(parents=True)
+            rows = []
+            for r in _rows(1.0, 1.0, accs):
+                r.update(tokens_train=r["tokens"], prompt_tokens=0, learner_tokens=0, old_logprob_tokens=0)
+                if r["step"]:  # a trained row without an evaluation between each two evaluations
+                    rows.append({k: v for k, v in r.items() if k != "eval_acc"} | {"step": r["step"] - 1,
+                                                                                   "tokens": r["tokens"] - 100})
+                rows.append(r)
+            (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+            bits = [np.packbits((np.arange(10) < round(10 * a)).astype(np.uint8)).tobytes().hex() for a in accs]
+            (d / OUTCOMES).write_text("".join(json.dumps({"step": r["step"], "prompts": 10, "greedy": b}) + "\n"
+                                              for r, b in zip([r for r in rows if "eval_acc" in r], bits)))
+            (d / "config.json").write_text(json.dumps({"learner": {"epochs": 1}}))
+            (d / "done.json").write_text("{}")
+    arm = summarize_plan(p, out, power_sims=20)["arms"]["greso"]
+    assert arm["primary_two_way"] is not None
+    assert arm["primary_two_way"]["diff"] == pytest.approx(arm["primary"]["diff"])

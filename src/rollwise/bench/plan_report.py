@@ -69,12 +69,14 @@ def load_outcomes(run_dir: Path) -> dict[int, dict] | None:
 
 def per_prompt_auc(run: dict, metric: str, key: str, x_rows: list[dict], budget: float) -> np.ndarray | None:
     """Each held-out prompt's primary figure (its area over the budget), or None where outcomes are missing."""
-    steps = [r["step"] for r in metric_rows(run["rows"], metric)]
+    # the evaluations on the budget's axis, as stats.eval_curve reads them: in order, the last of equal costs
+    ev = sorted((r["tokens"], r["step"]) for r in x_rows if "eval_acc" in r)
+    ev = [e for i, e in enumerate(ev) if i == len(ev) - 1 or ev[i + 1][0] != e[0]]
     oc = run.get("outcomes")
-    if not oc or any(s not in oc or key not in oc[s] for s in steps):
+    if not oc or not ev or any(s not in oc or key not in oc[s] for _, s in ev):
         return None
-    w = stats.auc_weights(np.array([r["tokens"] for r in x_rows]), budget)
-    return w @ np.array([oc[s][key] for s in steps])
+    w = stats.auc_weights(np.array([t for t, _ in ev], dtype=float), budget)
+    return w @ np.array([oc[s][key] for _, s in ev])
 
 
 def two_way(plan: Plan, base: list, arm: list, metric: str, bx: list, ax: list, budget: float, rng) -> dict | None:
