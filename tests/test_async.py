@@ -204,3 +204,23 @@ def test_async_wall_time_leaves_out_evaluations_and_no_step_is_generated_during_
     assert walls[-1] >= sum(b - a for a, b in spans["collect"])  # every collect is (none overlaps a pause)
     overlaps = [(e, c) for e in spans["eval"] for c in spans["collect"] if c[0] < e[1] and e[0] < c[1]]
     assert not overlaps
+
+
+@heavy
+def test_ray_workers_cpu_seconds_are_counted(small_policy, ray_cluster):
+    """cpu_s must hold what the workers' own processes spend decoding (issue 42: an async arm's CPU cost
+    beside its wall seconds); the pool sums each worker's process CPU time."""
+    from rollwise.core.types import Prompt, Request
+    from rollwise.generate.ray_pool import RayEnginePool
+
+    pool = RayEnginePool(str(small_policy[0]), workers=1, engine_kwargs={"max_new_tokens": 8})
+    try:
+        pool.wait_ready()
+        c0 = pool.cpu_seconds()
+        pool.submit([Request(Prompt(i, f"{i}+{i}=", str(2 * i)), 8, id=i) for i in range(16)])
+        done = 0
+        while pool.pending:
+            done += len(pool.poll())
+        assert done == 16 and pool.cpu_seconds() > c0
+    finally:
+        pool.shutdown()

@@ -106,8 +106,8 @@ def markdown_lines(arms: dict) -> list[str]:
         return f"{g['ratio']:.2f}× [{g['lo']:.2f}×, {g['hi']:.2f}×]"
     lines = ["", "On the clock (measured on this machine; training time, evaluations and checkpoints excluded). "
              "Time to target as above, read in seconds; speed is the baseline's seconds per step over the arm's, "
-             "median of paired seeds. Wall seconds depend on the machine's load; CPU seconds count this process's "
-             "threads (not a Ray worker's own process).", "",
+             "median of paired seeds. Wall seconds depend on the machine's load; CPU seconds count every thread of "
+             "the run's process and of its Ray workers' processes.", "",
              "| arm | wall-clock to target [95% CI] | CPU-seconds to target [95% CI] | steps to target [95% CI] "
              "| wall s/step speed | CPU s/step speed | Δ accuracy at the budget [95% CI] | within ±0.01 |",
              "|---|---|---|---|---|---|---|---|"]

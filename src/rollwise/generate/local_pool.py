@@ -51,5 +51,9 @@ class LocalEnginePool:
         if len(states) == 1:
             self.worker.load_state_dict(states[0])
 
+    def cpu_seconds(self) -> float:
+        """0: the worker is a thread of this process, so the run's own CPU clock already counts it."""
+        return 0.0
+
     def shutdown(self) -> None:
         pass

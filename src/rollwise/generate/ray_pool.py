@@ -17,6 +17,7 @@ processes end with this process, even when it is SIGKILLed (_ray_reaper.py).
 from __future__ import annotations
 
 import os
+import time
 
 from ..core.types import Request
 from .engine import Finished
@@ -87,6 +88,10 @@ class EngineWorker:
 
     def pid(self) -> int:
         return os.getpid()
+
+    def cpu_seconds(self) -> float:
+        """This worker process's CPU seconds so far (every thread): the run's own clock cannot see them."""
+        return time.process_time()
 
 
 class RayEnginePool:
@@ -192,6 +197,11 @@ class RayEnginePool:
             ray.kill(w)
 
     # ---- worker failure -----------------------------------------------------------------------
+    def cpu_seconds(self) -> float:
+        """The workers' CPU seconds so far, summed. A replaced worker's count starts again at its replacement's
+        (what the dead process spent is not recoverable), so after a restart this undercounts."""
+        return float(sum(self._call(range(len(self.workers)), "cpu_seconds", lambda i: ()).values()))
+
     def kill_worker(self, i: int) -> None:
         """Kill worker i's process (tests and chaos drills); the pool notices at its next call."""
         _ray().kill(self.workers[i], no_restart=True)

@@ -137,6 +137,7 @@ class AsyncLoop:
         self.wall0 = led.seconds.get("step", 0.0)  # a resumed run's training wall time so far
         self.cpu0 = led.seconds.get("step_cpu", 0.0)
         self.started, self.cpu_started = time.perf_counter(), time.process_time()
+        self.pool_cpu0 = self.pool.cpu_seconds()  # Ray workers' own processes (0 in-process)
         gen.start()
         while True:
             item = self.queue.get()
@@ -182,11 +183,12 @@ class AsyncLoop:
             self.paused_cpu += time.process_time() - c0
 
     def timing(self) -> dict:
-        """Training time so far: wall, and this process's CPU (the learner and, with workers 0, generation;
-        Ray workers' own processes are not in it)."""
+        """Training time so far: wall, and CPU: this process's (the learner and, with workers 0, generation)
+        plus the Ray workers' processes' since the loop began (their idle time in evaluations included)."""
         led = self.ledger
         led.set_seconds("step", self.wall0 + time.perf_counter() - self.started - self.paused_s)
-        led.set_seconds("step_cpu", self.cpu0 + time.process_time() - self.cpu_started - self.paused_cpu)
+        led.set_seconds("step_cpu", self.cpu0 + time.process_time() - self.cpu_started - self.paused_cpu
+                        + self.pool.cpu_seconds() - self.pool_cpu0)
         return {"wall_s": led.seconds["step"], "cpu_s": led.seconds["step_cpu"],
                 "gen_s": led.seconds.get("generate", 0.0), "worker_restarts": self.pool.restarts}
 
