@@ -40,8 +40,10 @@ def metrics_path(where: str | Path) -> Path:
 COMPUTE = ("prompt_tokens", "learner_tokens", "old_logprob_tokens", "ref_logprob_tokens", "scoring_tokens", "compute")
 ONLY = {"trainer": ("reward_errors", "skipped_steps", "staleness_max", "staleness_mean", *COMPUTE),
         "sim": ("trained_groups", "informative_trained", "rounds", "sim_gen_s", "sim_learn_s")}
-# Fields the simulator cannot know, null in its rows: it has no response text to cut at a length limit.
-NULL_IN_SIM = ("truncated_frac",)
+# Fields the simulator cannot know, null in its rows: it has no response text to cut at a length limit, and
+# no per-row lengths (the step-time model, systems/steptime.py, reads a step's length shape from these).
+LENGTHS = ("len_mean", "len_p50", "len_p90", "len_max")
+NULL_IN_SIM = ("truncated_frac", *LENGTHS)
 
 
 def ledger_view(ledger, budget=None) -> dict:
@@ -68,13 +70,14 @@ def step_row(ctx, out, view: dict, tokens_before: int, *, counts_only: bool = Fa
     zv_gen = None
     if counts_only:
         v = out.visits  # the generated groups as columns (the driver's), empty ones left out
-        reward_mean, truncated = int(v.correct.sum()) / max(int(v.n.sum()), 1), None
+        reward_mean, truncated, lengths = int(v.correct.sum()) / max(int(v.n.sum()), 1), None, None
         if len(v) == len(generated):  # none empty: the same groups, counted without a pass over them
             zv_gen = int(v.zero_variance.sum())
     else:
         reward_mean = float(np.mean([r.reward for g in generated for r in g.rollouts] or [0]))
         # responses cut at their length limit (finish reason "length") before EOS
         truncated = float(np.mean([r.finish_reason == "length" for g in generated for r in g.rollouts] or [0]))
+        lengths = np.array([len(r.token_ids_T) for g in generated for r in g.rollouts] or [0])
     extra = extra or {}
     if set(extra) - set(ONLY[side]):
         raise ValueError(f"metrics row: fields {sorted(set(extra) - set(ONLY[side]))} are not declared for the "
@@ -91,6 +94,10 @@ def step_row(ctx, out, view: dict, tokens_before: int, *, counts_only: bool = Fa
             "rollouts": view["rollouts"], "prompts": len(generated),
             "zero_var_frac_gen": zv_gen / max(len(generated), 1),
             "reward_mean": reward_mean, "truncated_frac": truncated,
+            # the generated rows' response lengths this step (the long tail a synchronous step waits for)
+            **dict(zip(LENGTHS, (None,) * 4 if lengths is None else
+                       (float(lengths.mean()), float(np.percentile(lengths, 50)), float(np.percentile(lengths, 90)),
+                        int(lengths.max())))),
             "group_min": min(sizes), "group_mean": float(np.mean(sizes)), "group_max": max(sizes),
             "batch_groups": batch_groups, "zero_var_frac": zv_batch,
             **{k: v for k, v in view.items() if k not in ("tokens", "rollouts")},
