@@ -142,6 +142,8 @@ def test_equivalence_is_the_interval_inside_the_margin():
     assert e["diff"] == pytest.approx(0.001) and e["equivalent"]
     f = clock.equivalence(base, far, 400, rng)
     assert f["diff"] == pytest.approx(0.015) and f["hi"] > 0.01 and not f["equivalent"]
+    assert clock.equivalence_word(e) == "yes: nearly lossless" and clock.equivalence_word(f) == "not shown"
+    assert clock.equivalence_word({"equivalent": False, "lo": 0.02, "hi": 0.03, "margin": 0.01}) == "no: higher"
 
 
 def test_the_two_way_interval_reads_outcomes_at_the_evaluations_only(tmp_path):

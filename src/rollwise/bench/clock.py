@@ -67,6 +67,18 @@ def equivalence(base_rows: list[list[dict]], arm_rows: list[list[dict]], budget:
     return {**d, "margin": margin, "equivalent": bool(-margin <= d["lo"] and d["hi"] <= margin)}
 
 
+def equivalence_word(eq: dict) -> str:
+    """The equivalence test in words: an interval wholly above or below the margin is a difference, not a
+    failed equivalence (a selection arm that learns more is not 'lossy')."""
+    if eq["equivalent"]:
+        return "yes: nearly lossless"
+    if eq["lo"] > eq["margin"]:
+        return "no: higher"
+    if eq["hi"] < -eq["margin"]:
+        return "no: lower"
+    return "not shown"
+
+
 def steps_to_target(base_rows: list[list[dict]], arm_rows: list[list[dict]], rng: np.random.Generator) -> dict:
     """The symmetric time-to-target on trained steps: sample efficiency alone, so that a clock's ratio reads as
     (steps to target) x (seconds per step), what is learned per step times how fast a step goes."""
@@ -113,8 +125,7 @@ def markdown_lines(arms: dict) -> list[str]:
              "|---|---|---|---|---|---|---|---|"]
     for a, c in have.items():
         eq = arms[a].get("equivalence")
-        eq_text = (f"{eq['diff']:+.4f} [{eq['lo']:+.4f}, {eq['hi']:+.4f}] | "
-                   f"{'yes: nearly lossless' if eq['equivalent'] else 'no'}") if eq else "— | —"
+        eq_text = f"{eq['diff']:+.4f} [{eq['lo']:+.4f}, {eq['hi']:+.4f}] | {equivalence_word(eq)}" if eq else "— | —"
         lines.append(f"| {a} | {stats.ratio_text(c['wall_s']['to_target'])} | "
                      f"{stats.ratio_text(c['cpu_s']['to_target'])} | {stats.ratio_text(c['steps'])} | "
                      f"{per_step(c['wall_s']['per_step'])} | {per_step(c['cpu_s']['per_step'])} | {eq_text} |")
