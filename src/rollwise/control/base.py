@@ -511,7 +511,7 @@ class Planner:
             rejected = [g for g in groups if id(g) not in kept_ids]
         if self.carry is None:
             return Assembled(Batch(kept, ctx.step), rejected, groups)
-        return Assembled(Batch(kept, ctx.step), rejected, groups, list(self.carry.groups), self.carry.take_dropped())
+        return Assembled(Batch(kept, ctx.step), rejected, groups, self.carry.carried_now(), self.carry.take_dropped())
 
     def observe(self, batch: Batch, ctx: StepContext) -> None:
         for c in self.components:

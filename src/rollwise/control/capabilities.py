@@ -8,6 +8,7 @@ declares, say, `Watcher()` and returns a `WaveWatch` from `watch()`; no framewor
 
     Staged()                 asks for more samples of prompts already rolled out this step (`more`)
     Partial(over, segment)   rows that do not finish in their step are carried to the next (APRIL)
+    TailBatched(over)        a Partial whose unfinished groups restart in a later long round (RollPacker)
     Speculator(draft_cost)   runs each round's train requests its own way (`speculate`: SPEC-RL's drafts)
     Watcher(hidden)          watches samples as they grow and stops single ones (`watch`: DUET, ARRoL);
                              `hidden` asks the engine for each running sample's last hidden state
@@ -45,6 +46,14 @@ class Partial(Capability):
 
     overprovision: float = 0.0
     segment_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class TailBatched(Partial):
+    """Tail batching (RollPacker): prompts over-provisioned as with Partial, but a group not finished when the
+    batch is complete is aborted whole (its tokens charged as aborted, none trained) and its prompt waits in a
+    long queue; once the queue holds a batch, a long round runs those prompts alone, to full length. No row
+    spans two steps, so training stays on-policy. `segment_tokens` does not apply."""
 
 
 @dataclass(frozen=True)
@@ -114,6 +123,7 @@ class WaveWatch:
 # (a, b, why): a component declaring a does not compose with one declaring b (nor b with a)
 CONFLICTS: list[tuple[type, type, str]] = [
     (Partial, Staged, "a later stage would need rows that are still being generated"),
+    (TailBatched, Partial, "one restarts in a long round the prompts the other resumes from their rows"),
     (Partial, Watcher, "a resumed row would lose its in-flight state"),
     (Partial, Speculator, "a row it resumes would be resumed twice"),
     (Speculator, Speculator, "a row it resumes would be resumed twice"),

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from ..core.types import Group, Request, Rollout
+from ..core.types import Group, Prompt, Request, Rollout
 
 
 class CarryStore:
@@ -103,22 +103,47 @@ class PartialRollouts(CarryStore):
     declarations of the planner's components."""
 
     def __init__(self, caps: list):
+        from .capabilities import TailBatched
+
         super().__init__()
         self.overprovision = max((p.overprovision for p in caps), default=0.0)
         self.segment_tokens = min((p.segment_tokens for p in caps if p.segment_tokens), default=None)
         self.dropped: list[Group] = []  # carried groups found too stale this step (charged as aborted)
         self.busy: set[int] = set()  # prompt ids being resumed while the fresh prompts are drawn
+        # tail batching (TailBatched): unfinished groups restart in a long round instead of resuming
+        self.restart = any(isinstance(p, TailBatched) for p in caps)
+        self.queue: list[tuple[Prompt, int]] = []  # (prompt, n) waiting for a long round, oldest first
+        self.aborted: list[Group] = []  # this step's unfinished groups, aborted whole
 
     def held(self) -> set[int]:
-        """Prompt ids not to draw again now: being resumed, or carried."""
-        return self.busy | {g.prompt.id for g in self.groups}
+        """Prompt ids not to draw again now: being resumed, carried, or waiting for a long round."""
+        return self.busy | {g.prompt.id for g in self.groups} | {p.id for p, _ in self.queue}
+
+    def carried_now(self) -> list[Group]:
+        """Groups whose rows leave this step untrained and unsettled: carried (open -> carried), and the tail's
+        aborted ones, which go on to aborted at once (they are in `take_dropped` too)."""
+        return list(self.groups) + self.aborted
 
     def segment(self, requests: list[Request]) -> list[Request]:
         return apply_segment(requests, self.segment_tokens)
 
     def take_dropped(self) -> list[Group]:
-        dropped, self.dropped = self.dropped, []
+        dropped, self.dropped, self.aborted = self.dropped + self.aborted, [], []
         return dropped
+
+    def state_dict(self):
+        groups = super().state_dict()
+        if not self.restart:
+            return groups  # the form checkpoints have always had
+        return {"groups": groups, "queue": [[_prompt_state(p), n] for p, n in self.queue]}
+
+    def load_state_dict(self, s) -> None:
+        from ..core.types import Prompt
+
+        if isinstance(s, dict):
+            self.queue = [(Prompt(**p), int(n)) for p, n in s["queue"]]
+            s = s["groups"]
+        super().load_state_dict(s)
 
     def first_wave(self, planner, ctx):
         """The first wave of a step (a generator the Planner's plan runs): carried groups first, then
@@ -126,6 +151,8 @@ class PartialRollouts(CarryStore):
         Returns the next round's requests (the planner's `more`)."""
         from .base import Wave
 
+        if self.restart:
+            return (yield from self.tail_wave(planner, ctx))
         resumed, owners, ready, self.dropped = self.resume(planner.version, planner.staleness)
         self.busy = {r.prompt.id for r in resumed} | {g.prompt.id for g in ready}  # not drawn again now
         carried = len(self.busy)
@@ -156,3 +183,60 @@ class PartialRollouts(CarryStore):
             ctx.groups[g.prompt.id] = g
             taken += planner._accepts(g, ctx)
         return (yield from planner._more(list(ctx.groups.values()), ctx))
+
+    def tail_wave(self, planner, ctx):
+        """Tail batching's first wave [PAPER: RollPacker, arXiv 2509.21009, section 4]: a long round when the
+        queue holds a batch (those prompts alone, no race, to full length); otherwise a short round of
+        over-provisioned fresh prompts that ends once batch_size groups are complete and accepted, every
+        unfinished group aborted whole and its prompt queued. [INF] rollwise races prompts only: each keeps
+        its own n rows (RollPacker also samples more responses per prompt and keeps the first that finish,
+        which would bias a group towards its short responses); complete groups beyond the batch are
+        discarded, not held over."""
+        from .base import Wave
+
+        B = ctx.batch_size
+        long = len(self.queue) >= B
+        if long:
+            take, self.queue = self.queue[:B], self.queue[B:]
+            requests = planner._with_sampling([Request(p, n) for p, n in take])
+            groups = (yield Wave(requests)) if requests else []
+            for g in groups:
+                ctx.groups[g.prompt.id] = g
+            deferred: list[Group] = []
+        else:
+            fresh = yield from planner._draw(overprovisioned(B, self.overprovision), ctx)
+            requests = planner._with_sampling(fresh)
+
+            def enough(finished: dict) -> bool:
+                return sum(not unfinished(g) and planner._accepts(g, ctx) for g in finished.values()) >= B
+
+            groups = (yield Wave(requests, enough)) if requests else []
+            taken, deferred = 0, []
+            for g in groups:
+                if unfinished(g):
+                    deferred.append(g)
+                    self.queue.append((g.prompt, len(g.rollouts)))
+                elif taken < B:
+                    ctx.groups[g.prompt.id] = g
+                    taken += planner._accepts(g, ctx)
+                # else: complete beyond the batch: left out of the step's groups, so discarded
+            self.aborted = deferred
+        ctx.metrics.update(tail_metrics(long, deferred, list(ctx.groups.values()), len(self.queue)))
+        return (yield from planner._more(list(ctx.groups.values()), ctx))
+
+
+def _prompt_state(p) -> dict:
+    return {"id": p.id, "text": p.text, "answer": p.answer, "level": p.level}
+
+
+def tail_metrics(long: bool, deferred: list[Group], kept: list[Group], queued: int) -> dict:
+    """What tail batching did this step, for its metrics row, so that its bias can be read from the run: the
+    difficulty level and the tokens so far of the groups it deferred beside the level of those it kept (a
+    long round's own rows then show the deferred prompts' full lengths, `len_mean` and `len_p90`)."""
+    def level(groups):
+        lv = [g.prompt.level for g in groups if g.prompt.level >= 0]  # -1: the task has no levels
+        return float(sum(lv) / len(lv)) if lv else None
+    rows = [r.num_tokens for g in deferred for r in g.rollouts]
+    return {"tail_long_round": int(long), "tail_deferred": len(deferred), "tail_queue": queued,
+            "tail_deferred_level": level(deferred), "tail_kept_level": level(kept),
+            "tail_deferred_tokens": float(sum(rows) / len(rows)) if rows else None}
