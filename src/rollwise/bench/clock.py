@@ -107,6 +107,35 @@ def clock_figures(base_rows: list[list[dict]], arm_rows: list[list[dict]], rng: 
     return out
 
 
+MODEL_PROFILE = "h100x16-llama8b-v1"  # Bench 4.0's cluster profile (assets/cluster_profiles)
+
+
+def modelled(base_runs: list[dict], arm_runs: list[dict], base_rows: list[list[dict]], arm_rows: list[list[dict]],
+             rng: np.random.Generator, profile_name: str = MODEL_PROFILE) -> dict | None:
+    """The same curves on modelled GPU-hours at the profile's scale (systems/scale.py: every row's work scaled
+    to the profile's response length, priced by the step-time model in the run's deployment mode). `*_runs`:
+    {rows, config} per seed; `*_rows`: their rows with the primary metric as eval_acc. None where a run's
+    rows carry no length shape (records before 2026-12-05)."""
+    from ..systems import scale
+    from ..systems.profile import load_profile
+
+    if not all(scale.has_lengths(r["rows"]) for r in base_runs + arm_runs):
+        return None
+    profile = load_profile(profile_name)
+    factor = profile.gen_len_mean / scale.base_mean_length([r["rows"] for r in base_runs])
+
+    def hours(run, rows):
+        return stats.with_x(rows, [s / 3600 for s in scale.gpu_seconds(run["rows"], profile, factor,
+                                                                           scale.mode_of(run.get("config") or {}))])
+    b = [hours(run, rows) for run, rows in zip(base_runs, base_rows)]
+    a = [hours(run, rows) for run, rows in zip(arm_runs, arm_rows)]
+    budget = max(float(r[-1]["tokens"]) for r in b + a)
+    return {"profile": profile.name, "factor": factor,
+            "to_target": stats.symmetric_time_to_target(b, a, budget, rng),
+            "per_step": median_paired_ratio([seconds_per_step(r, "tokens") for r in b],
+                                            [seconds_per_step(r, "tokens") for r in a], rng)}
+
+
 def markdown_lines(arms: dict) -> list[str]:
     """The report's clock table, from each arm's `clock` entry (None: no clock fields in its records)."""
     have = {a: d["clock"] for a, d in arms.items() if d.get("clock")}
@@ -129,4 +158,14 @@ def markdown_lines(arms: dict) -> list[str]:
         lines.append(f"| {a} | {stats.ratio_text(c['wall_s']['to_target'])} | "
                      f"{stats.ratio_text(c['cpu_s']['to_target'])} | {stats.ratio_text(c['steps'])} | "
                      f"{per_step(c['wall_s']['per_step'])} | {per_step(c['cpu_s']['per_step'])} | {eq_text} |")
+    gh = {a: d["gpu_hours"] for a, d in arms.items() if d.get("gpu_hours")}
+    if gh:
+        g0 = next(iter(gh.values()))
+        lines += ["", f"Modelled at scale, not measured: the same curves on GPU-hours under `{g0['profile']}` (every "
+                  f"response length x{g0['factor']:.0f}, the profile's mean over the baseline's at its first step; "
+                  "the step-time model in each run's deployment mode; systems/scale.py; not yet validated against "
+                  "measured step times).", "",
+                  "| arm | GPU-hours to target [95% CI] | GPU-seconds per step speed |", "|---|---|---|"]
+        for a, g in gh.items():
+            lines.append(f"| {a} | {stats.ratio_text(g['to_target'])} | {per_step(g['per_step'])} |")
     return lines

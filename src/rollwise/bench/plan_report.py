@@ -204,6 +204,8 @@ def summarize_plan(plan: Plan, out: Path, bootstrap_seed: int = 0, power_sims: i
         if plan.engine != "sim":  # the simulator's seconds are modelled, not read off a clock
             summary["arms"][arm]["clock"] = clock.clock_figures(tb, ta, rng, plan.budget_seconds)
             summary["arms"][arm]["equivalence"] = clock.equivalence(bx, ax, budget, rng)
+            summary["arms"][arm]["gpu_hours"] = clock.modelled([base[i] for i in paired], [rs[i] for i in paired],
+                                                               tb, ta, rng)
     # Holm over the whole preregistered family: an arm without results yet counts with p = 1, so a
     # partial report is never less strict than the final one
     adjusted = stats.holm([summary["arms"][a].get("p", 1.0) for a in plan.family])

@@ -1,0 +1,88 @@
+"""From a tiny run to a cluster profile's scale: each recorded step becomes the StepWork of the same step at the
+profile's response lengths, and the step-time model (steptime.py) prices it in GPU-seconds.
+
+WAVE4's rule, one function for every arm of a comparison:
+  * a step's rows: `rollouts` generated this step (the difference of the cumulative count), in `prompts`
+    groups; their response lengths from the row's shape (`len_mean`, `len_p50`, `len_p90`, `len_max`: records
+    from 2026-12-05 on; an older record has none and gets no modelled figure);
+  * the lengths at the profile's scale: every length x `factor`, where factor = the profile's mean
+    generation length / the task's mean response length under tuned GRPO at its first step (the plan's
+    baseline, mean over its seeds): the task's length shape is kept, and an arm's relative effects (shorter
+    steps, aborted rows, long rounds) carry over;
+  * prompts, and the tokens the learner trains on, scale by the same factor [INF: the prompt/response ratio
+    of the task is kept];
+  * the mode: the run's deployment mode (sync, one-step-off, async). Tail batching's long rounds are steps
+    of their own in rollwise's rows, so its steps are priced as synchronous steps of what they held.
+
+The rows from quantiles [INF]: n lengths at ranks (i + 0.5) / n on the piecewise-linear quantile function
+through (0.5, p50), (0.9, p90), (1, max), and (0, lo) with lo chosen so that their mean is `len_mean` (clipped
+to [1, p50]).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .profile import ClusterProfile
+from .steptime import Round, StepWork, step_time
+
+LENGTH_FIELDS = ("len_mean", "len_p50", "len_p90", "len_max")
+
+
+def lengths_from_shape(n: int, mean: float, p50: float, p90: float, top: float) -> np.ndarray:
+    """n response lengths with the row's median, 90th percentile, maximum and (as near as the knots allow)
+    its mean."""
+    if n <= 0:
+        return np.zeros(0)
+    q = (np.arange(n) + 0.5) / n
+    xs = np.array([0.0, 0.5, 0.9, 1.0])
+
+    def at(lo):
+        return np.interp(q, xs, [lo, p50, p90, top])
+
+    a, b = at(0.0).mean(), at(1.0).mean()  # the mean is linear in lo: a + (b - a) * lo
+    lo = (mean - a) / (b - a) if b != a else p50
+    return at(float(np.clip(lo, min(1.0, p50), p50)))
+
+
+def has_lengths(rows: list[dict]) -> bool:
+    return any(r.get("step", 0) > 0 for r in rows) and all(
+        r.get(k) is not None for r in rows if r.get("step", 0) > 0 for k in LENGTH_FIELDS)
+
+
+def base_mean_length(runs: list[list[dict]]) -> float:
+    """The task's mean response length under the baseline at its first trained step, over its seeds."""
+    firsts = [min((r for r in rows if r.get("step", 0) > 0), key=lambda r: r["step"])["len_mean"] for rows in runs]
+    return float(np.mean(firsts))
+
+
+def step_works(rows: list[dict], factor: float) -> list[StepWork]:
+    """Each trained row's StepWork at the profile's scale (rows in step order)."""
+    out, prev = [], {"rollouts": 0, "prompt_tokens": 0, "learner_tokens": 0}
+    for r in rows:
+        if r.get("step", 0) <= 0:
+            continue
+        n = int(r["rollouts"] - prev["rollouts"])
+        groups = max(int(r.get("prompts") or 1), 1)
+        lengths = np.round(factor * lengths_from_shape(n, r["len_mean"], r["len_p50"], r["len_p90"], r["len_max"]))
+        prompt = factor * (r.get("prompt_tokens", 0) - prev["prompt_tokens"]) / groups
+        trained = factor * (r.get("learner_tokens", 0) - prev["learner_tokens"])
+        gid = np.arange(n) * groups // max(n, 1)  # rows of one group side by side
+        out.append(StepWork([Round(np.maximum(lengths, 1).astype(np.int64), np.full(n, prompt), gid)], trained))
+        prev = {k: r.get(k, 0) for k in prev}
+    return out
+
+
+def gpu_seconds(rows: list[dict], profile: ClusterProfile, factor: float, mode: str) -> list[float]:
+    """Cumulative modelled GPU-seconds at each row (step 0 at 0): every GPU of the deployment for the step."""
+    works = iter(step_works(rows, factor))
+    total, out = 0.0, []
+    for r in rows:
+        if r.get("step", 0) > 0:
+            total += step_time(profile, next(works), mode).step_s * profile.gpus
+        out.append(total)
+    return out
+
+
+def mode_of(config: dict) -> str:
+    """The step-time model's mode for a run's config: its deployment mode (tail batching's steps are sync)."""
+    return config.get("mode", "sync") if config.get("mode") in ("one-step-off", "async") else "sync"

@@ -1,0 +1,74 @@
+"""From a tiny run to a cluster profile's scale (systems/scale.py; issue 41 item 3): lengths rebuilt from a
+row's shape, the same factor for every arm, GPU-seconds from the step-time model. Hand-computed cases."""
+import numpy as np
+import pytest
+
+from rollwise.systems import scale
+from rollwise.systems.profile import load_profile
+from rollwise.systems.steptime import step_time
+
+
+def test_lengths_keep_the_rows_median_p90_max_and_mean():
+    L = scale.lengths_from_shape(100, mean=58.0, p50=40.0, p90=100.0, top=200.0)  # reachable: lo in [1, 40]
+    assert len(L) == 100 and L.max() <= 200 and L.min() >= 1
+    assert np.percentile(L, 50) == pytest.approx(40.0, abs=2.0) and np.percentile(L, 90) == pytest.approx(100.0, abs=8)
+    assert L.mean() == pytest.approx(58.0, abs=0.5)
+    # a mean the knots cannot reach (below what lo = 1 gives) is as near as they allow: lo clipped
+    assert scale.lengths_from_shape(10, mean=1.0, p50=40.0, p90=100.0, top=200.0).min() >= 1
+
+
+def _rows(lens, n_rows=8, groups=2):
+    rows, tot = [{"step": 0, "tokens": 0}], {"rollouts": 0, "prompt_tokens": 0, "learner_tokens": 0}
+    for s, m in enumerate(lens, 1):
+        tot = {"rollouts": tot["rollouts"] + n_rows, "prompt_tokens": tot["prompt_tokens"] + 10 * groups,
+               "learner_tokens": tot["learner_tokens"] + n_rows * (10 + m)}
+        rows.append({"step": s, "prompts": groups, "len_mean": m, "len_p50": m, "len_p90": m, "len_max": m, **tot})
+    return rows
+
+
+def test_each_step_is_the_same_work_at_the_profiles_length():
+    works = scale.step_works(_rows([5, 5]), factor=100.0)
+    assert len(works) == 2
+    w = works[0]
+    (rnd,) = w.rounds
+    assert rnd.lengths.tolist() == [500] * 8 and rnd.prompt_lengths.tolist() == [1000.0] * 8  # 10 per prompt x 100
+    assert rnd.groups.tolist() == [0, 0, 0, 0, 1, 1, 1, 1] and w.trained_tokens == 100.0 * 8 * 15
+
+
+def test_gpu_seconds_are_the_step_time_models_times_the_gpus():
+    p = load_profile("h100x16-llama8b-v1")
+    rows = _rows([5, 10])
+    secs = scale.gpu_seconds(rows, p, 100.0, "sync")
+    works = scale.step_works(rows, 100.0)
+    one = step_time(p, works[0], "sync").step_s * p.gpus
+    assert secs[0] == 0 and secs[1] == pytest.approx(one)
+    assert secs[2] == pytest.approx(one + step_time(p, works[1], "sync").step_s * p.gpus)
+    # one step off overlaps generation and training on split GPUs: never more than sync here
+    assert scale.gpu_seconds(rows, p, 100.0, "one-step-off")[2] <= secs[2]
+
+
+def test_the_base_length_and_the_mode_of_a_run():
+    assert scale.base_mean_length([_rows([4, 9]), _rows([6, 9])]) == 5.0
+    assert scale.mode_of({"mode": "one-step-off"}) == "one-step-off" and scale.mode_of({}) == "sync"
+    assert not scale.has_lengths([{"step": 0}, {"step": 1, "len_mean": None}]) and scale.has_lengths(_rows([3]))
+
+
+def test_a_plan_report_reads_modelled_gpu_hours_when_rows_carry_lengths():
+    """Two arms with the same learning per step; the arm's responses are half as long: the same target
+    is reached in the same steps, each cheaper at scale, so GPU-hours to target and per step are > 1."""
+    from rollwise.bench import clock
+
+    def run(m):
+        rows = _rows([m] * 4)
+        for r, acc in zip(rows, [0.2, 0.4, 0.6, 0.7, 0.7]):
+            r["eval_acc"] = acc
+        return {"rows": rows, "config": {"mode": "sync"}}
+    base, arm = [run(40), run(40)], [run(20), run(20)]
+    g = clock.modelled(base, arm, [b["rows"] for b in base], [a["rows"] for a in arm], np.random.default_rng(0))
+    assert g["profile"] == "h100x16-llama8b-v1" and g["factor"] == pytest.approx(2000 / 40)
+    assert g["to_target"]["ratio"] > 1.2 and g["per_step"]["ratio"] > 1.2
+    text = "\n".join(clock.markdown_lines({"arm": {"clock": None, "gpu_hours": g}}))
+    assert "not available" in text  # no measured clock in these rows; the modelled figure needs none
+    old = [{k: v for k, v in r.items() if not k.startswith("len_")} for r in base[0]["rows"]]
+    assert clock.modelled([{"rows": old, "config": {}}], arm[:1], [old], [arm[0]["rows"]],
+                          np.random.default_rng(0)) is None
