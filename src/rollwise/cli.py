@@ -112,11 +112,13 @@ def cmd_train(args) -> int:
     overrides = _overrides(args)
     cfg = load_config(args.config, overrides)
     check_config_out(args.config, overrides, cfg.out)
+    from .run.progress import console
+
     rows = Trainer(cfg, allow_config_change=args.allow_config_change).run()
     evals = [r for r in rows if "eval_acc" in r]
-    if evals:
+    if evals:  # (the run's learning verdict, said just before, tells whether this change is beyond noise)
         first, last = evals[0], evals[-1]
-        print(f"held-out accuracy {first['eval_acc']:.3f} (step {first['step']}) -> {last['eval_acc']:.3f} "
+        console().info(f"held-out accuracy {first['eval_acc']:.3f} (step {first['step']}) -> {last['eval_acc']:.3f} "
               f"(step {last['step']}), {last.get('tokens', 0)} generated tokens; metrics in {cfg.out}/metrics.jsonl")
     return 0
 
