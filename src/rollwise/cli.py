@@ -1,4 +1,4 @@
-"""rollwise command line: train, eval, warmstart, export, list, bench."""
+"""rollwise command line: train, eval, warmstart, export, list, compare, bench."""
 from __future__ import annotations
 
 import argparse
@@ -299,6 +299,8 @@ def main(argv=None) -> int:
     add_bench_parser(sub)
     from .systems.cli import add_systems_parser
     add_systems_parser(sub)
+    from .run.compare import add_compare_parser  # rollwise compare RUN_A RUN_B [...]
+    add_compare_parser(sub)
     try:  # the simulator registers its own subcommand
         from .sim.cli import add_sim_parser
     except ImportError:
