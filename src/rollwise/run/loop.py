@@ -44,6 +44,7 @@ from .records import finite_row, ledger_view, rows_upto, step_row, write_atomic,
 from .rundir import OutLock, read_run_config
 from .stall import StallWatch
 from .verdict import EVERY_EVALS, read_outcomes, verdict
+from ..policy.warmstart import POOL_SOLVED, memorised_pool, pool_overlap
 
 
 class RunStopped(RuntimeError):
@@ -117,6 +118,8 @@ class Trainer:
         for g in ctx.groups.values():
             if g.rollouts and g.zero_variance:
                 self._equal[0 if not any(r.correct for r in g.rollouts) else 1] += 1
+        if ctx.step == 0:
+            self._warn_memorised(list(ctx.groups.values()))
         return step_row(ctx, out, view, tokens_before,
                         extra={"reward_errors": self.scorer.errors, "skipped_steps": self.guard.skipped})
 
@@ -141,6 +144,21 @@ class Trainer:
             why = f"the model solves {'none' if wrong >= right else 'all'} of these prompts"
         self.log(f"warning: step {step}: {len(equal)} of {len(groups)} groups had equal rewards ({wrong} all wrong, "
                  f"{right} all right): nothing to learn; {why}")
+
+    def _warn_memorised(self, groups) -> None:
+        """A base that rollwise warm-started on rows that are most of the train pool, and that solves most of
+        the pool at the first step, memorised it (a small reasoning-gym family: 57% of groups all right at
+        the start, with no word): say so with both figures and the option that keeps them apart."""
+        right = sum(1 for g in groups if g.rollouts and all(r.correct for r in g.rollouts))
+        if self.cfg.model or not groups or right / len(groups) < POOL_SOLVED:
+            return  # a model of the user's own: its training rows are not rollwise's to count
+        try:
+            overlap = pool_overlap(self.task)
+        except (ValueError, OSError):  # the rows could not be listed again: nothing to say
+            return
+        line = memorised_pool(overlap, right, len(groups), getattr(self.task, "sft_apart", None))
+        if line:
+            self.log(line)
 
     def _warn_reward_failures(self, step: int) -> None:
         """Failed rewards score 0 and the run goes on; when most of a step's fail, say so every step."""
