@@ -133,3 +133,17 @@ def test_compare_refuses_what_it_cannot_read_in_one_line(tmp_path, capsys):
     assert "flat: no held-out evaluation in its metrics.jsonl (set eval_every)" in capsys.readouterr().err
     assert main(["compare", str(a)]) == 2
     assert "compare needs at least two run directories" in capsys.readouterr().err
+
+
+def test_trains_last_line_names_the_compute_spent_and_how_to_compare_at_equal_compute(tmp_path, small_policy, capsys):
+    """Equal tokens cost AR3PO ~1.45x GRPO's compute units and the single-run path never said so (issue 48)."""
+    from rollwise.cli import main
+
+    out = tmp_path / "run"
+    assert main(["train", "--out", str(out), "--steps", "1", "--set", "eval_every=1", "--set",
+                 "task_options.pool_size=200", "--set", "task_options.heldout_size=40", "--set", "warmstart.steps=20",
+                 "--set", "batch_size=8", "--set", "n=4", "--set", "max_new_tokens=8"]) == 0
+    last = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
+    said = capsys.readouterr().out.splitlines()[-1]
+    assert f", {last['compute']:.4g} compute units (compare planners at equal budget_compute, or rollwise compare " \
+           "--x compute); metrics in " in said

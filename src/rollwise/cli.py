@@ -118,8 +118,12 @@ def cmd_train(args) -> int:
     evals = [r for r in rows if "eval_acc" in r]
     if evals:  # (the run's learning verdict, said just before, tells whether this change is beyond noise)
         first, last = evals[0], evals[-1]
+        # planners spend different compute per token (AR3PO ~1.45x GRPO's on task 1): name the unit that compares
+        compute = (f", {last['compute']:.4g} compute units (compare planners at equal budget_compute, or "
+                   f"rollwise compare --x compute)") if isinstance(last.get("compute"), (int, float)) else ""
         console().info(f"held-out accuracy {first['eval_acc']:.3f} (step {first['step']}) -> {last['eval_acc']:.3f} "
-              f"(step {last['step']}), {last.get('tokens', 0)} generated tokens; metrics in {cfg.out}/metrics.jsonl")
+                       f"(step {last['step']}), {last.get('tokens', 0)} generated tokens{compute}; metrics in "
+                       f"{cfg.out}/metrics.jsonl")
     return 0
 
 
