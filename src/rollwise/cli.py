@@ -118,7 +118,7 @@ def cmd_train(args) -> int:
     evals = [r for r in rows if "eval_acc" in r]
     if evals:  # (the run's learning verdict, said just before, tells whether this change is beyond noise)
         first, last = evals[0], evals[-1]
-        # planners spend different compute per token (AR3PO ~1.45x GRPO's on task 1): name the unit that compares
+        # planners spend different compute per token (issue 48 reports AR3PO at ~1.45x GRPO's): name the unit
         compute = (f", {last['compute']:.4g} compute units (compare planners at equal budget_compute, or "
                    f"rollwise compare --x compute)") if isinstance(last.get("compute"), (int, float)) else ""
         console().info(f"held-out accuracy {first['eval_acc']:.3f} (step {first['step']}) -> {last['eval_acc']:.3f} "
