@@ -152,7 +152,8 @@ def test_markdown_table_still_reads_a_summary_written_before_the_new_figures():
     table = markdown_table({"seeds": 5, "mixes": {"default": {"target_acc": 0.527, "planners": {"uniform": old}}}},
                            "default")
     assert "Target held-out accuracy 0.527." in table
-    assert "| uniform | — | — | — | — | 1.00 [0, inf] | — (4/5 runs) | 0.528 ± 0.011 |" in table
+    # GRPO's own row: 1.00 by definition (issue 48: it read "inf" when the target sat at its base)
+    assert "| uniform | — | — | — | — | 1.00 (by definition) | by definition (4/5 single runs) | 0.528 ± 0.011 |" in table
     assert {len(table_cells(x)) for x in table.splitlines() if x.startswith("|")} == {12}
 
 

@@ -1,4 +1,4 @@
-"""rollwise command line: train, eval, warmstart, export, list, bench."""
+"""rollwise command line: train, eval, warmstart, export, list, compare, bench."""
 from __future__ import annotations
 
 import argparse
@@ -114,12 +114,18 @@ def cmd_train(args) -> int:
     overrides = _overrides(args)
     cfg = load_config(args.config, overrides)
     check_config_out(args.config, overrides, cfg.out)
+    from .run.progress import console
+
     rows = Trainer(cfg, allow_config_change=args.allow_config_change).run()
     evals = [r for r in rows if "eval_acc" in r]
-    if evals:
+    if evals:  # (the run's learning verdict, said just before, tells whether this change is beyond noise)
         first, last = evals[0], evals[-1]
-        print(f"held-out accuracy {first['eval_acc']:.3f} (step {first['step']}) -> {last['eval_acc']:.3f} "
-              f"(step {last['step']}), {last.get('tokens', 0)} generated tokens; metrics in {cfg.out}/metrics.jsonl")
+        # planners spend different compute per token (issue 48 reports AR3PO at ~1.45x GRPO's): name the unit
+        compute = (f", {last['compute']:.4g} compute units (compare planners at equal budget_compute, or "
+                   f"rollwise compare --x compute)") if isinstance(last.get("compute"), (int, float)) else ""
+        console().info(f"held-out accuracy {first['eval_acc']:.3f} (step {first['step']}) -> {last['eval_acc']:.3f} "
+                       f"(step {last['step']}), {last.get('tokens', 0)} generated tokens{compute}; metrics in "
+                       f"{cfg.out}/metrics.jsonl")
     return 0
 
 
@@ -299,6 +305,8 @@ def main(argv=None) -> int:
     add_bench_parser(sub)
     from .systems.cli import add_systems_parser
     add_systems_parser(sub)
+    from .run.compare import add_compare_parser  # rollwise compare RUN_A RUN_B [...]
+    add_compare_parser(sub)
     try:  # the simulator registers its own subcommand
         from .sim.cli import add_sim_parser
     except ImportError:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .report import not_defined, task_words
 from . import clock, costs, stats
 from ..run.evaluate import OUTCOMES, unpack_outcomes
 from .plan import Plan, arm_config, data_split_note
@@ -145,7 +146,8 @@ def summarize_plan(plan: Plan, out: Path, bootstrap_seed: int = 0, power_sims: i
             if r is not None and not any(metric in x for x in r["rows"]):
                 raise ValueError(f"bench plan {plan.name}: arm {a}'s runs have no {metric!r} (primary {plan.primary}); "
                                  "was the evaluation set up as the plan says?")
-    summary = {"plan": plan.name, "kind": plan.kind, "task": plan.task, "data_seed": plan.data_seed,
+    summary = {"plan": plan.name, "kind": plan.kind, "task": plan.task, "task_options": dict(plan.options),
+               "prompts": heldout_counts(runs), "eval_size": plan.eval_size, "data_seed": plan.data_seed,
                "data": data_split_note(plan), "baseline": plan.baseline, "primary": plan.primary, "metric": metric,
                "budget_compute": plan.budget_compute, "profile": plan.profile, "formula": costs.formula(profile),
                "profile_sources": profile.sources, "budget_tokens": plan.budget_tokens, "family": plan.family,
@@ -209,12 +211,16 @@ def summarize_plan(plan: Plan, out: Path, bootstrap_seed: int = 0, power_sims: i
     # Holm over the whole preregistered family: an arm without results yet counts with p = 1, so a
     # partial report is never less strict than the final one
     adjusted = stats.holm([summary["arms"][a].get("p", 1.0) for a in plan.family])
+    fewest = stats.min_seeds_for_family(len(plan.family), plan.alpha)
     for a, adj in zip(plan.family, adjusted):
         d = summary["arms"][a]
         if not d.get("seeds_paired"):
             continue
         d["p_holm"] = float(adj)
-        d["verdict"] = ("no difference shown" if adj > plan.alpha else
+        # below the fewest seeds with which any arm could pass, "no difference shown" would be a verdict the
+        # seeds cannot give: say none (a plan of 2 seeds said "no difference shown" beside "decide nothing")
+        d["verdict"] = (f"none: {d['seeds_paired']} seeds decide nothing" if d["seeds_paired"] < fewest else
+                        "no difference shown" if adj > plan.alpha else
                         "higher" if d["primary"]["diff"] > 0 else "lower")
         g = d["goal"]
         d["goal_met"] = bool(d["verdict"] == "higher" and g["ratio"] >= plan.goal_ratio and g["lo"] > 1)
@@ -255,15 +261,42 @@ def _x(v: float) -> str:
     return "inf" if np.isinf(v) else f"{v:.2f}"
 
 
-def _ratio(g: dict) -> str:
-    """The point ratio; 0 is "not reached" only where the arm's mean curve never reaches the target (a
-    0 can also mean the baseline starts at or above it)."""
+def heldout_counts(runs: dict) -> list[int]:
+    """The held-out prompt counts the runs evaluated (from their per-prompt outcomes), distinct and sorted."""
+    seen = set()
+    for rs in runs.values():
+        for r in rs:
+            for rec in ((r or {}).get("outcomes") or {}).values():
+                seen.update(len(v) for v in rec.values())
+    return sorted(seen)
+
+
+def _undefined(g: dict) -> bool:
+    """The baseline's mean curve starts at or above the target (its accuracy at the budget): the target is
+    met at 0 compute and the ratio is 0/0."""
+    return g.get("tokens_base") == 0
+
+
+def _ratio(g: dict, d: dict | None = None) -> str:
+    """The point ratio; 0 is "not reached" only where the arm's mean curve never reaches the target. Where
+    the baseline ended at or below its base, "not defined" (it printed "inf [inf, inf]")."""
+    if _undefined(g):
+        return not_defined("the baseline", g["target"], (d or {}).get("base_acc", g["target"]))
     point = "not reached" if np.isinf(g["tokens_planner"]) else _x(g["ratio"])
     return f"{point} [{_x(g['lo'])}, {_x(g['hi'])}]"
 
 
 def _rpg(x: float) -> str:
     return "—" if np.isnan(x) else f"{x:.1f}"
+
+
+def _prompts(summary: dict) -> str:
+    used = summary.get("prompts")
+    if not used:
+        return (f"up to {summary.get('eval_size', '?')} held-out prompts per evaluation (asked; the runs predate "
+                "the per-prompt outcomes that give the count)")
+    n = str(used[0]) if len(used) == 1 else f"{used[0]}–{used[-1]}"
+    return f"{n} held-out prompts per evaluation (counted from the runs)"
 
 
 def markdown(summary: dict) -> str:
@@ -273,7 +306,8 @@ def markdown(summary: dict) -> str:
                                         "family and decision rule are the only verdicts it makes." if summary["kind"] ==
                                         "confirmatory" else "Exploratory: chosen or tuned on the seeds reported here or "
                                         "not preregistered; a lead for a confirmatory plan, not a verdict."), "",
-             f"- Task `{summary['task']}`, {summary['data']}.",
+             f"- {task_words(summary['task'], summary.get('task_options', {}))[:-1]}, {summary['data']}; "
+             f"{_prompts(summary)}.",
              f"- Baseline `{summary['baseline']}`; seeds {summary['seeds'][0]}–{summary['seeds'][-1]} "
              f"({len(summary['seeds'])}).",
              f"- Budget {summary['budget_compute']:,.0f} compute units under `{summary['profile']}` (figures are read "
@@ -302,11 +336,12 @@ def markdown(summary: dict) -> str:
             lines.append(f"| {a} | 0 | — | — | — | no finished pairs | — | — | — | — | — |")
             continue
         g = d["goal"]
-        sens = f"{_x(g['sensitivity']['-1se']['ratio'])} / {_x(g['sensitivity']['+1se']['ratio'])}"
+        sens = ("—" if _undefined(g) else
+                f"{_x(g['sensitivity']['-1se']['ratio'])} / {_x(g['sensitivity']['+1se']['ratio'])}")
         lines.append(f"| {a} | {d['seeds_paired']} | {_d(d['primary'])} | {d['p']:.4f} | "
                      f"{d['p_holm']:.4f} | " if "p_holm" in d else
                      f"| {a} | {d['seeds_paired']} | {_d(d['primary'])} | {d['p']:.4f} | — | ")
-        lines[-1] += (f"{d['verdict']} | {_ratio(g)} | {sens} | "
+        lines[-1] += (f"{d['verdict']} | {_ratio(g, d.get('symmetric'))} | {sens} | "
                       f"{'yes' if d.get('goal_met') else 'no'} | {_d(d['token_budget_diff'])} | "
                       f"{_rpg(d['rows_per_group'])} ({_rpg(d['rows_per_group_base'])}) |")
     small = {a: d["primary_t"] for a, d in summary["arms"].items() if d.get("primary_t")}
@@ -347,7 +382,8 @@ def markdown(summary: dict) -> str:
     for a, d in summary["arms"].items():
         if d.get("seeds_paired"):
             cs = d["cost_sensitivity"]
-            lines.append(f"| {a} | " + " | ".join(f"{_x(cs[f'{k}x0.5'])} / {_x(cs[f'{k}x2'])}"
+            lines.append(f"| {a} | " + " | ".join("not defined" if _undefined(d["goal"]) else
+                                                   f"{_x(cs[f'{k}x0.5'])} / {_x(cs[f'{k}x2'])}"
                                                    for k in costs.RATIOS if k != "decode") + " |")
     lines += ["", "Seeds a paired test needs to pass Holm here at power 0.8, for the effect and per-seed s.d. of "
               "differences seen (simulated with the exact sign-flip test):", ""]

@@ -127,7 +127,7 @@ def summarize(cfg: BenchConfig, target: float | None = None, seed: int = 0) -> d
                 "acc_at": {k: float(np.mean([f["acc_at"][i] for f in figs])) for i, k in enumerate(PCT)},
                 "acc_diff": acc_diff,
                 "ratio": ttt["ratio"], "ci_low": ttt["lo"], "ci_high": ttt["hi"],
-                "tokens_to_target": ttt["tokens_planner"],
+                "tokens_to_target": ttt["tokens_planner"], "tokens_to_target_base": ttt["tokens_base"],
                 "reach_frac": ttt["reach_frac_planner"], "reach_frac_base": ttt["reach_frac_base"],
                 "reached": int(np.isfinite(ttt_runs).sum()), "runs": len(figs), "seeds_paired": len(paired),
                 "held_runs": sum(not f["covers_budget"] for f in figs),
@@ -163,14 +163,38 @@ def _fmt_x(x: float) -> str:
     return "inf" if np.isinf(x) else "0" if x == 0 else f"{x:.2f}"
 
 
-def _fmt_ratio(d: dict) -> str:
+NOT_DEFINED = "not defined: {who} ended {where} its base"  # a target met at 0 tokens: no ratio to read
+
+
+def not_defined(who: str, end: float, base: float) -> str:
+    """The time-to-target cell where the baseline's own accuracy at the budget (the target) is at or below its
+    base: every curve starts at the target, so the ratio is 0/0 (it used to print "inf [inf, inf]")."""
+    return NOT_DEFINED.format(who=who, where="below" if end < base else "at")
+
+
+def _undefined(m: dict) -> bool:
+    """GRPO's mean curve starts at or above the target (the summary's GRPO tokens-to-target is 0; older summaries:
+    the target is at or below GRPO's base accuracy)."""
+    g = m["planners"].get(BASELINE, {})
+    if "tokens_to_target_base" in g:
+        return g["tokens_to_target_base"] == 0
+    return "base_acc" in g and m["target_acc"] <= g["base_acc"]
+
+
+def _fmt_ratio(d: dict, p: str = "", m: dict | None = None) -> str:
+    if p == BASELINE:
+        return "1.00 (by definition)"  # GRPO against itself; the target is its own accuracy at the budget
+    if m is not None and _undefined(m):
+        return not_defined("GRPO", m["target_acc"], m["planners"][BASELINE]["base_acc"])
     if d["ratio"] == 0 and d["ci_high"] == 0:
         return "not reached"
     point = "not reached" if d["ratio"] == 0 else f"{d['ratio']:.2f}"
     return f"{point} [{_fmt_x(d['ci_low'])}, {_fmt_x(d['ci_high'])}]"
 
 
-def _fmt_reach(d: dict) -> str:
+def _fmt_reach(d: dict, p: str = "") -> str:
+    if p == BASELINE:  # GRPO's mean curve reaches its own accuracy at the budget by construction
+        return f"by definition ({d['reached']}/{d['runs']} single runs)"
     frac = f"{d['reach_frac']:.0%}" if "reach_frac" in d else "—"  # summaries written before these figures
     return f"{frac} ({d['reached']}/{d['runs']} runs)"
 
@@ -214,7 +238,7 @@ def markdown_table(summary: dict, mix: str) -> str:
     for p, d in _order(m["planners"]):
         auc = f"{d['auc']:.3f}" if "auc" in d else "—"
         lines.append(f"| {p} | {auc} | {_fmt_diff(d.get('auc_diff'))} | {d.get('verdict', '—')} | "
-                     f"{_fmt_diff(d.get('acc_diff', {}).get('100'))} | {_fmt_ratio(d)} | {_fmt_reach(d)} | "
+                     f"{_fmt_diff(d.get('acc_diff', {}).get('100'))} | {_fmt_ratio(d, p, m)} | {_fmt_reach(d, p)} | "
                      f"{d['final_acc']:.3f} ± {d['final_acc_sd']:.3f} | {d['tokens_per_useful_group']:.0f} | "
                      f"{d['zero_var_frac_gen']:.2f} | {d['mean_abs_adv']:.3f} | {d['wall_ratio']:.2f} |")
     return "\n".join(lines)
@@ -269,6 +293,26 @@ def findings(summary: dict, mix: str) -> str:
 
 # ---------------------------------------------------------------------------------------------------
 # Plots
+
+
+COLOURS = {"higher": "green", "lower": "red"}  # any other verdict is drawn blue (tab:blue)
+
+
+def colour_words(verdicts: list[str], seeds: int, what: str = "its mean accuracy over the budget") -> str:
+    """The caption's words for the colours a plot actually used: green/red only where a verdict drew them, and
+    what blue means here (too few seeds, or no difference shown)."""
+    used = set(verdicts)
+    words = []
+    if "higher" in used:
+        words.append(f"green: {what} is above GRPO's (the interval excludes 0)")
+    if "lower" in used:
+        words.append(f"red: {what} is below GRPO's (the interval excludes 0)")
+    blue = used - set(COLOURS)
+    if blue:
+        why = (f"no verdict, {seeds} seed{'s decide' if seeds != 1 else ' decides'} nothing" if "too few seeds" in blue
+               else "no difference shown")
+        words.append(("blue" if words else "every planner in blue") + f": {why}")
+    return "; ".join(words) or "no planner besides GRPO"
 
 
 def _mean_band(rs: list[list[dict]], grid: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -329,8 +373,8 @@ def plots(cfg: BenchConfig, out: Path, summary: dict) -> dict[str, list[tuple[st
         name = f"plot_{mix}.png"
         fig.savefig(out / name, dpi=80)
         plt.close(fig)
-        names[mix].append((name, f"Accuracy vs generated tokens, mix `{mix}`: each planner (colour: green if its "
-                            f"mean accuracy over the budget is above GRPO's, red if below) against GRPO (grey). "
+        names[mix].append((name, f"Accuracy vs generated tokens, mix `{mix}`: each planner against GRPO (grey); "
+                            f"{colour_words([m['planners'][p]['verdict'] for p in others], cfg.seeds)}. "
                             f"Lines are means over seeds, bands the min–max of seeds; dashed line: the target. "
                             f"Panel titles: Δ mean accuracy over the budget [95% CI]."))
 
@@ -340,6 +384,7 @@ def plots(cfg: BenchConfig, out: Path, summary: dict) -> dict[str, list[tuple[st
         paired = load_runs(cfg, mix)  # by seed, [] where missing: each seed's own difference is plotted too
         per_seed = {
             "auc": lambda r: stats.auc(r, budget), "100": lambda r: float(stats.acc_at(r, budget))}
+        diff_said = []  # the verdict each bar's colour shows, for the caption
         for ax, key, fig_key, title in (
                 (axes[0], lambda d: d["auc_diff"], "auc", "Δ mean accuracy over the budget (headline)"),
                 (axes[1], lambda d: d["acc_diff"]["100"], "100", "Δ accuracy at the budget")):
@@ -348,6 +393,8 @@ def plots(cfg: BenchConfig, out: Path, summary: dict) -> dict[str, list[tuple[st
                 v = key(d)
                 # coloured by this panel's own interval, not by the headline's verdict
                 said = "baseline" if p == BASELINE else stats.verdict(v["lo"], v["hi"], d["seeds_paired"])
+                if p != BASELINE:
+                    diff_said.append(said)
                 color = {"higher": "tab:green", "lower": "tab:red", "baseline": "0.5"}.get(said, "tab:blue")
                 diffs = [per_seed[fig_key](a) - per_seed[fig_key](b)
                          for a, b in zip(paired[p], paired[BASELINE]) if a and b]
@@ -364,9 +411,8 @@ def plots(cfg: BenchConfig, out: Path, summary: dict) -> dict[str, list[tuple[st
         fig.savefig(out / name, dpi=80)
         plt.close(fig)
         names[mix].append((name, f"Differences against GRPO on the same seed, mix `{mix}`: small dots = each seed's own "
-                            f"difference, large dot = mean over seeds, bar "
-                            f"= 95% bootstrap interval over seeds; green/red: the interval excludes 0 with "
-                            f"enough seeds for a verdict."))
+                            f"difference, large dot = mean over seeds, bar = 95% bootstrap interval over seeds; "
+                            f"GRPO in grey; {colour_words(diff_said, cfg.seeds, 'its interval')}."))
 
         # 3. waste: zero-variance share and tokens per useful group, with the seeds' range
         fig, axes = plt.subplots(1, 2, figsize=(13, 0.32 * len(order) + 1.6), sharey=True)
@@ -394,17 +440,56 @@ def plots(cfg: BenchConfig, out: Path, summary: dict) -> dict[str, list[tuple[st
 # The report
 
 
+def bench_task_options(cfg: BenchConfig) -> dict:
+    """The task options every run of the bench had: the bench's own and those its `--set` gave."""
+    extra = cfg.extra.get("task_options")
+    return {**cfg.task_options, **(extra if isinstance(extra, dict) else {}),
+            **{k.split(".", 1)[1]: v for k, v in cfg.extra.items() if k.startswith("task_options.")}}
+
+
+def task_words(task: str, options: dict) -> str:
+    """'Task `reasoning-gym` (dataset: gcd)': the task and its options, for every report's header."""
+    opts = ", ".join(f"{k}: {v}" for k, v in sorted(options.items()))
+    return f"Task `{task}`" + (f" ({opts})" if opts else " (its default options)") + "."
+
+
+def prompts_used(cfg: BenchConfig) -> list[int]:
+    """The held-out prompt counts the runs evaluated (eval_outcomes.jsonl's `prompts`), distinct and sorted: a task
+    with fewer held-out prompts than `eval_size` evaluates all it has. Empty for runs that predate the file."""
+    from ..run.evaluate import OUTCOMES
+
+    seen = set()
+    for mix in cfg.mixes:
+        for p in cfg.planners:
+            for s in seed_list(cfg):
+                f = run_dir(cfg, mix, p, s) / OUTCOMES
+                if f.exists():
+                    for line in f.read_text().splitlines()[:1]:
+                        try:
+                            seen.add(int(json.loads(line)["prompts"]))
+                        except (ValueError, KeyError, TypeError):
+                            pass
+    return sorted(seen)
+
+
+def _count(used: list[int], asked: int) -> str:
+    if not used:
+        return f"up to {asked} (asked; these runs predate the per-prompt outcomes that give the count)"
+    return str(used[0]) if len(used) == 1 else f"{used[0]}–{used[-1]}"
+
+
 def write_report(cfg: BenchConfig, command: str, target: float | None = None) -> dict:
     out = Path(cfg.out)
     summary = summarize(cfg, target)
     summary["command"] = command
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     pngs = plots(cfg, out, summary)
-    held_out = (f"held-out {cfg.eval_size} prompts (standard error of one accuracy ≈ "
-                f"{0.5 / np.sqrt(cfg.eval_size):.3f} at most)" if cfg.engine == "torch" else
+    used = prompts_used(cfg)
+    held_out = (f"held-out {_count(used, cfg.eval_size)} prompts (standard error of one accuracy ≈ "
+                f"{0.5 / np.sqrt(min(used or [cfg.eval_size])):.3f} at most)" if cfg.engine == "torch" else
                 f"engine: the population simulator, profile `{cfg.sim_profile}` (held-out accuracy computed from the "
                 f"model, no sampling noise; no learner, so no mean |advantage|; wall time is simulated seconds)")
-    md = ["# rollwise bench\n", f"Command: `{command}`\n",
+    md = ["# rollwise bench\n", f"Command: `{command}`\n", f"{task_words(cfg.task, bench_task_options(cfg))}\n",
           f"Budget {cfg.budget_tokens:,} generated tokens per run (every purpose but eval/oracle), "
           f"{cfg.seeds} seeds{seed_range(cfg)}, pool {cfg.pool_size} prompts revisited over epochs, {held_out}. Every figure is "
           f"read at exactly the budget, interpolating between evaluations in tokens.\n"]

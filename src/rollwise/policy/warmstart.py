@@ -332,3 +332,37 @@ def base_report(policy: Policy, task, max_new_tokens: int = 16) -> dict:
     if cap is not None:
         out["pool_prompts"] = len(pool)
     return out
+
+
+# ---- the small-family guard: a warm start that memorised the train pool ---------------------------------
+POOL_OVERLAP = 0.5  # train-pool prompts that are warm-start rows, from which the overlap is the story
+POOL_SOLVED = 0.5  # groups all right at the first step, from which the pool is "mostly solved"
+
+
+def pool_overlap(task) -> tuple[int, int] | None:
+    """(train-pool prompts whose text is a warm-start row, train-pool prompts), for a task whose warm-start
+    rows are a set it can list (`sft_distinct()`, reasoning-gym; `sft_rows()`, a file task); None for a task
+    that generates its warm-start examples afresh (the embedded ones)."""
+    rows = task.sft_distinct() if hasattr(task, "sft_distinct") else task.sft_rows() if hasattr(task, "sft_rows") \
+        else None
+    if rows is None:
+        return None
+    texts = {q for q, _, _ in rows}
+    pool = task.train_pool()
+    return sum(p.text in texts for p in pool), len(pool)
+
+
+def memorised_pool(overlap: tuple[int, int] | None, all_right: int, groups: int, apart: str | None) -> str | None:
+    """The warning for a run whose first step finds the train pool mostly solved (`all_right` of `groups`
+    groups all right) where most of the pool is warm-start rows: the base memorised the pool, so RL has
+    little left to learn on it. None when either figure is below its threshold. `apart`: the task's option
+    that keeps the warm start's rows out of the pool."""
+    if overlap is None or not overlap[1] or not groups:
+        return None
+    shared, pool = overlap
+    if shared / pool < POOL_OVERLAP or all_right / groups < POOL_SOLVED:
+        return None
+    fix = f"; {apart} keeps them apart" if apart else ""
+    return (f"warning: {all_right / groups:.0%} of the first step's groups were all right, and {shared} of the "
+            f"{pool} train-pool prompts ({shared / pool:.0%}) are warm-start rows: the base has memorised most of the "
+            f"pool it trains on, so the run has little to learn there and its held-out figure is what to read{fix}")

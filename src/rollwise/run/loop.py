@@ -40,10 +40,12 @@ from . import resume, rundir
 from .build import Parts, build_run, build_trainer_engine
 from .checkpoint import CKPT, CKPT_FORMAT, CheckpointWriteError, read_checkpoint, recover, save_unit, to_cpu, to_plain
 from .loggers import open_loggers
-from .progress import Heartbeat
+from .progress import Heartbeat, console, say
 from .records import finite_row, ledger_view, rows_upto, step_row, write_atomic, write_rows
 from .rundir import OutLock, read_run_config
 from .stall import StallWatch
+from .verdict import EVERY_EVALS, read_outcomes, verdict
+from ..policy.warmstart import POOL_SOLVED, memorised_pool, pool_overlap
 
 
 class RunStopped(RuntimeError):
@@ -54,7 +56,8 @@ class Trainer:
     """A run: its one schedule over a source of trained steps. Its parts are built by `build_run(cfg)` (or
     handed in, `parts=`) and never replaced: the async loop builds its own worker pool and driver from them."""
 
-    def __init__(self, cfg: Config, log=print, allow_config_change: bool = False, parts: Parts | None = None):
+    def __init__(self, cfg: Config, log=None, allow_config_change: bool = False, parts: Parts | None = None):
+        log = log or say  # what the run says (warnings, the verdict): the 'rollwise' logger unless handed a callable
         parts = parts if parts is not None else build_run(cfg, log)
         self.parts, self.cfg, self.log, self.allow_config_change = parts, cfg, log, allow_config_change
         self.out = Path(cfg.out)
@@ -69,6 +72,9 @@ class Trainer:
         self._scorer_seen = (0, 0)  # reward errors and scores at the last metrics row
         self._step_reward_failures = (0, 0)  # the last step's failed and scored rollouts
         self._warned_no_variance = False
+        self._equal = [0, 0]  # generated groups whose rollouts were all wrong, all right (for the verdict)
+        self._last_row: dict = {}  # the last trained step's row (progress lines)
+        self._evals = 0  # evaluations after step 0 this session (the verdict every EVERY_EVALS of them)
         self.stall = StallWatch()  # steps with no update, flat accuracy while entropy collapses (run/stall.py)
         self.loggers = []  # tensorboard, wandb (run/loggers.py): opened by run()
 
@@ -110,6 +116,11 @@ class Trainer:
         # the groups that train (a planner may rebuild them in `finish`: continuations, subsets), or, when none
         # train, the groups generated (a filter refused them all)
         self._warn_no_variance(ctx.step + 1, list(out.batch.groups) or list(ctx.groups.values()))
+        for g in ctx.groups.values():
+            if g.rollouts and g.zero_variance:
+                self._equal[0 if not any(r.correct for r in g.rollouts) else 1] += 1
+        if ctx.step == 0:
+            self._warn_memorised(list(ctx.groups.values()))
         return step_row(ctx, out, view, tokens_before,
                         extra={"reward_errors": self.scorer.errors, "skipped_steps": self.guard.skipped})
 
@@ -134,6 +145,21 @@ class Trainer:
             why = f"the model solves {'none' if wrong >= right else 'all'} of these prompts"
         self.log(f"warning: step {step}: {len(equal)} of {len(groups)} groups had equal rewards ({wrong} all wrong, "
                  f"{right} all right): nothing to learn; {why}")
+
+    def _warn_memorised(self, groups) -> None:
+        """A base that rollwise warm-started on rows that are most of the train pool, and that solves most of
+        the pool at the first step, memorised it (a small reasoning-gym family: 57% of groups all right at
+        the start, with no word): say so with both figures and the option that keeps them apart."""
+        right = sum(1 for g in groups if g.rollouts and all(r.correct for r in g.rollouts))
+        if self.cfg.model or not groups or right / len(groups) < POOL_SOLVED:
+            return  # a model of the user's own: its training rows are not rollwise's to count
+        try:
+            overlap = pool_overlap(self.task)
+        except (ValueError, OSError):  # the rows could not be listed again: nothing to say
+            return
+        line = memorised_pool(overlap, right, len(groups), getattr(self.task, "sft_apart", None))
+        if line:
+            self.log(line)
 
     def _warn_reward_failures(self, step: int) -> None:
         """Failed rewards score 0 and the run goes on; when most of a step's fail, say so every step."""
@@ -207,9 +233,17 @@ class Trainer:
                         row.update(self._evaluate())
                 row.update(timing)
                 rows.append(self._log_row(row, metrics_file))
+                self._last_row = row
                 before = done.spent
                 bar.update(1)
-                bar.set_postfix(tokens=row["tokens"], acc=row.get("eval_acc", rows[-1].get("eval_acc")))
+                bar.set_postfix(reward=_short(row.get("reward_mean")), ent=_short(row.get("entropy")),
+                                zv=_short(row.get("zero_var_frac_gen")), tokens=row["tokens"],
+                                acc=row.get("eval_acc", rows[-1].get("eval_acc")))
+                if "eval_acc" in row:
+                    console().info(f"train: {self.progress()}")  # each evaluation gets its line, tty or not
+                    self._evals += 1
+                    if self._evals % EVERY_EVALS == 0 and not last:
+                        self.log(self.verdict(rows).text())
                 if self.skip_streak >= cfg.max_skipped_steps:
                     raise self.too_many_skips(row)
                 if self.step % cfg.checkpoint_every == 0 or last:
@@ -219,15 +253,31 @@ class Trainer:
         finally:
             bar.close()
             source.close()
-        for line in self.stall.summary():  # the run ended as it should: what it did not learn, said last
+        said = self.verdict(rows)
+        if said.kind != "too early":  # the run ended as it should: did it learn (run/verdict.py)
+            self.log(said.text())
+        for line in self.stall.summary():  # what it did not learn, said last
             self.log(line)
         return rows
 
+    def verdict(self, rows: list[dict]):
+        """The learning verdict so far (run/verdict.py), with the per-prompt outcomes this run wrote."""
+        return verdict(rows, read_outcomes(self.out), len(self.heldout), tuple(self._equal))
+
     def progress(self) -> str:
-        """The status of a progress line (run/progress.py), read from another thread."""
+        """The status of a progress line (run/progress.py), read from another thread: the last trained step's
+        reward mean, policy entropy, zero-variance share (groups whose rollouts scored alike) and compute
+        units, and the last held-out accuracy."""
         ev = self.stall.last_eval
-        acc = f", held-out {ev[1]:.3f} at step {ev[0]}" if ev else ""
-        return f"step {self.step}/{self.cfg.steps}, {self.ledger.budget_tokens():,} generated tokens{acc}"
+        row = self._last_row
+        parts = [f"step {self.step}/{self.cfg.steps}", f"{self.ledger.budget_tokens():,} generated tokens"]
+        for key, name in (("compute", "compute"), ("reward_mean", "reward"), ("entropy", "entropy"),
+                          ("zero_var_frac_gen", "zero-var")):
+            if isinstance(row.get(key), (int, float)):
+                parts.append(f"{name} {row[key]:.3g}" if key == "compute" else f"{name} {row[key]:.3f}")
+        if ev:
+            parts.append(f"held-out {ev[1]:.3f} at step {ev[0]}")
+        return ", ".join(parts)
 
     def too_many_skips(self, row: dict) -> RunStopped:
         return RunStopped(
@@ -410,6 +460,10 @@ class SyncSteps:
 
     def close(self) -> None:
         pass
+
+
+def _short(x):
+    return round(x, 3) if isinstance(x, float) else x
 
 
 def _describe(changes: dict) -> str:

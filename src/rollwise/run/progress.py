@@ -1,4 +1,12 @@
-"""A progress line at a steady interval when stdout is not a terminal (a log file, a pipe, CI).
+"""The console: the 'rollwise' logger, and a progress line at a steady interval when stdout is not a terminal.
+
+Everything a run says on the console (progress lines, warnings, the learning verdict) goes through Python's
+standard `logging`, on the logger named "rollwise". Unless it already has handlers of its own, `console()`
+gives it one handler that writes each message as it is, one line, to the current stdout (what the CLI has
+always printed); it does not propagate to the root logger, so a program that configures logging sees
+no line twice. To send the lines elsewhere, add your own handler to `logging.getLogger("rollwise")`
+before the run starts (yours then replace the console's), or raise its level to silence it.
+
 
 On a terminal, `train` shows tqdm's bar on stderr. Redirected, it printed nothing for minutes (a new user
 saw 3.6 minutes of silence from `train`, 2 from `eval`, and could not tell work from a hang). `Heartbeat`
@@ -8,6 +16,7 @@ longer than the interval still gets its line. The interval is `ROLLWISE_PROGRESS
 """
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
@@ -15,6 +24,39 @@ import time
 from typing import Callable
 
 DEFAULT_EVERY_S = 30.0
+LOGGER = "rollwise"
+
+
+class Console(logging.StreamHandler):
+    """Each record's message as it is on the stdout of the moment (looked up per line, so a redirected or
+    captured stdout gets the lines)."""
+
+    def __init__(self):
+        super().__init__()
+        self.setFormatter(logging.Formatter("%(message)s"))
+
+    @property
+    def stream(self):
+        return sys.stdout
+
+    @stream.setter
+    def stream(self, value) -> None:  # StreamHandler sets it; the current stdout is read per line instead
+        pass
+
+
+def console() -> logging.Logger:
+    """The 'rollwise' logger, given the Console handler (level INFO) unless it has handlers already."""
+    log = logging.getLogger(LOGGER)
+    if not log.handlers:
+        log.addHandler(Console())
+        log.setLevel(logging.INFO)
+        log.propagate = False
+    return log
+
+
+def say(message: str) -> None:
+    """What a run says: a line starting "warning:" at WARNING, anything else at INFO, on the 'rollwise' logger."""
+    console().log(logging.WARNING if message.startswith("warning") else logging.INFO, message)
 
 
 def interval() -> float:
@@ -30,8 +72,8 @@ def interval() -> float:
 
 
 class Heartbeat:
-    """`with Heartbeat("train", lambda: f"step {tr.step}/{n}"):` prints the status line every interval()
-    seconds while the block runs, if `stream` (default stdout) is not a terminal."""
+    """`with Heartbeat("train", lambda: f"step {tr.step}/{n}"):` logs the status line (on the 'rollwise'
+    logger) every interval() seconds while the block runs, if `stream` (default stdout) is not a terminal."""
 
     def __init__(self, label: str, status: Callable[[], str], stream=None, every: float | None = None):
         self.label, self.status = label, status
@@ -54,7 +96,7 @@ class Heartbeat:
                 line = f"{self.label}: {self.status()} ({time.monotonic() - self._t0:.0f} s)"
             except Exception as e:  # noqa: BLE001 - a status read mid-update: skip this line, never crash
                 line = f"{self.label}: running ({type(e).__name__} reading the status)"
-            print(line, file=self.stream, flush=True)
+            console().info(line)
 
     def __exit__(self, *exc) -> None:
         self._stop.set()

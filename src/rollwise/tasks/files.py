@@ -217,6 +217,8 @@ class FileTask:
     system_prompt: str | None = None  # the chat template's system message
     chat_template: bool = True  # prompts through the tokenizer's chat template, if it has one
     sft_path: str = ""  # the warm start's supervised rows (same format and prompt field); "": the train rows
+    # the run's memorised-pool warning offers it (policy/warmstart.py: pool_overlap)
+    sft_apart = "task_options.sft_path=FILE (warm-start rows of their own, not the train rows)"
     sft_response_field: str | None = None  # the warm start's target column (e.g. a worked solution), taken
     # as written; None: the answer field after answer_extract
     data_seed: int | None = None  # None: the held-out file is the one held-out set (no splits)

@@ -13,7 +13,9 @@ item of each distinct prompt text:
   `test_size` the test split;
 - train stream: the first `pool_size` distinct prompts that are not held-out prompts;
 - warm-start stream: the first `sft_size` distinct prompts that are not held-out prompts (they may be
-  train prompts, as the embedded tasks' warm-start data may).
+  train prompts, as the embedded tasks' warm-start data may; `sft_disjoint=true` keeps them out of the
+  train pool too: on a family with few distinct prompts the warm start otherwise memorises the pool, and
+  the run warns when it finds the pool mostly solved at its first step).
 So the three splits are disjoint by prompt text, the held-out sets do not depend on the pool size, and no
 validation or test prompt is ever a warm-start target. `heldout()` (what `rollwise eval` and a run's
 evaluations read) is the validation split, or the test split with `split="test"`. A family with fewer
@@ -94,12 +96,15 @@ class ReasoningGymTask:
     test_size: int = 200
     split: str = "validation"  # the held-out set heldout() returns: "validation" or "test"
     sft_size: int = 2000  # distinct warm-start rows (examples are drawn from them with repeats)
+    sft_disjoint: bool = False  # warm-start rows never train-pool prompts (a small family: lower pool_size too)
     answer_tag: str | None = None  # e.g. "answer": score the text of the response's last <answer>...</answer>
     verify_timeout_s: float = 10.0
     verify_memory_mb: int = 4096
     verify_sandbox: bool | str = "auto"  # the worker's sandbox: "auto" (where the trainer may), true, false
 
     # the tiny model's prompts are the family's question text (gcd's are ~110 characters)
+    sft_apart = "task_options.sft_disjoint=true (warm-start rows outside the train pool; on a family this small, " \
+                "with a lower pool_size to leave it rows)"  # the run's memorised-pool warning offers it
     warmstart_defaults = {"block_size": 256}
 
     def __post_init__(self):
@@ -256,7 +261,14 @@ class ReasoningGymTask:
     def sft_distinct(self) -> list[tuple[str, str, int]]:
         """The distinct warm-start rows (question, target, -1); never a held-out prompt."""
         if "sft" not in self._cache:
-            rows = [e for e in self._stream("sft", self.sft_size, self._heldout_texts()) if e["answer"] is not None]
+            exclude = self._heldout_texts()
+            if self.sft_disjoint:
+                exclude |= {p.text for p in self.train_pool()}
+            rows = [e for e in self._stream("sft", self.sft_size, exclude) if e["answer"] is not None]
+            if not rows and self.sft_disjoint:
+                raise ValueError(f"task reasoning-gym: {self.dataset}: sft_disjoint leaves no warm-start row outside "
+                                 f"the held-out sets and the train pool ({len(self.train_pool())} prompts); lower "
+                                 "task_options.pool_size")
             if not rows:
                 raise ValueError(f"task reasoning-gym: {self.dataset}'s entries have no reference answer to "
                                  "warm-start on; train a model of your own (--model PATH)")
@@ -279,5 +291,7 @@ class ReasoningGymTask:
     def base_fingerprint(self) -> list:
         from importlib.metadata import version
 
-        return ["reasoning-gym-v1", version("reasoning-gym"), self.dataset, self.dataset_options, self.data_seed,
-                self.validation_size, self.test_size, self.sft_size, self.answer_tag]
+        key = ["reasoning-gym-v1", version("reasoning-gym"), self.dataset, self.dataset_options, self.data_seed,
+               self.validation_size, self.test_size, self.sft_size, self.answer_tag]
+        # only when set, so the bases built before the option keep their keys; the pool then shapes the base
+        return key + [{"sft_disjoint": True, "pool_size": self.pool_size}] if self.sft_disjoint else key
