@@ -40,15 +40,18 @@ How it hooks in (the choices, and why):
   prompt keeps a block of G rows; a planner giving it n < G samples generates only n of them (the
   others are not generated: they hold a single EOS token), their rewards are NaN (TRL's nanmean and
   nanstd skip them, so advantages use the n real samples) and their loss mask is zero. n above G is
-  capped. Padding needs TRL's own transformers generation: with vLLM (which samples G per prompt) or
-  a `rollout_func`, planners that set group sizes are refused. (The experimental async trainer's
-  `rollout_worker` needs vLLM and a CUDA path, so it is not used.)
+  capped. Under vLLM (colocate or server) the same padding holds: the round's live rows go to vLLM as
+  one request each (the prompt repeated, n = 1), so vLLM samples exactly the rows a round needs (TRL's
+  server path would otherwise ask n = G of every G-th row). With a `rollout_func` (it samples every
+  row), planners that set group sizes are refused. On vLLM's CPU build TRL's colocate weight sync
+  fails (see `_cpu_weight_sync`); there the weights go in through vLLM's `reload_weights`. (The
+  experimental async trainer's `rollout_worker` needs vLLM and a CUDA path, so it is not used.)
 * **History.** Every rolled-out group is recorded in rollwise's PromptHistory from TRL's rewards
   (weighted sum of the reward functions; correct = that sum, or `correct_reward`'s value, >=
   `success_threshold`), so history-based planners (greso, hive's stage 1, prompt-replay, cdas, duet,
   frontier, depo) learn. HIVE's prompt entropy is one prefill-only pass of the trainer's model.
-* **Refused**, by name and generation mode, when the trainer is built: stages, pilots and in-flight
-  control outside TRL's transformers generation (vLLM, rollout_func), hidden states in flight (arrol)
+* **Refused**, by name and generation mode, when the trainer is built: stages and pilots with a
+  rollout_func; in-flight control outside TRL's transformers generation (vLLM, rollout_func), hidden states in flight (arrol)
   there and with a model without a decoder module to hook, per-step sampling parameters (e3's
   temperature), rows continued from their tokens (treepo), partial rollouts (april), per-prompt sizes
   where padding is impossible (above), a TRL version outside SUPPORTED, a dataset without a `prompt`
@@ -178,7 +181,12 @@ class RollwiseGRPOTrainer(GRPOTrainer):
         self._answer_column, self._threshold = answer_column, float(success_threshold)
         self._correct_col = None if correct_reward is None else self.reward_func_names.index(correct_reward)
         G = self.num_generations
-        own = mode.startswith("transformers")  # TRL generates here: rows can be left out, rounds can be any size
+        # Rows can be left out and rounds can be any size where TRL generates here, and under vLLM, where the
+        # integration asks for exactly the round's rows (each prompt repeated, n = 1 per request); not through
+        # a rollout_func (it samples every row) nor transformers' continuous batching
+        own = mode.startswith("transformers") or self.use_vllm
+        if self.use_vllm and self.args.vllm_mode == "colocate":
+            _cpu_weight_sync(self.vllm_generation)
         inflight = mode == "transformers generation"  # not with tools, nor with mask_truncated_completions
         # hidden states in flight (ARRoL) come from a forward hook on the model's decoder during generation
         hidden = inflight and _decoder(self.accelerator.unwrap_model(self.model)) is not None
@@ -339,6 +347,8 @@ class RollwiseGRPOTrainer(GRPOTrainer):
         live, self._rollwise_live = self._rollwise_live, None
         watch = self._rollwise_watch
         if live is None and watch is None:
+            if self.use_vllm and self._rollwise_pad is not None:  # a planner round: one request per row
+                args, kwargs = _one_per_row(args, kwargs)
             return super()._generate_single_turn(prompt_ids, *args, **kwargs)
         live = live or [True] * len(prompt_ids)
         if len(live) != len(prompt_ids):
@@ -349,6 +359,8 @@ class RollwiseGRPOTrainer(GRPOTrainer):
         if images is not None or fields:
             raise ValueError("per-prompt group sizes (padding) are not supported with multimodal prompts")
         keep = [ids for ids, x in zip(prompt_ids, live) if x]
+        if self.use_vllm:  # the round's rows are not blocks of G: one vLLM request (n = 1) per row
+            args, kwargs = _one_per_row(args, kwargs)
         if watch is None:
             completion_ids, logprobs = super()._generate_single_turn(keep, *args, **kwargs)
         else:
@@ -431,16 +443,13 @@ class RollwiseGRPOTrainer(GRPOTrainer):
         fill = spare or sorted(used)
         entries = [src if src is not None else r for src, r in trained]
         entries += [fill[i % len(fill)] for i in range(size - len(trained))]
-        reused = [e for e in entries if not isinstance(e, tuple)]
-        if reused and any(k in outs[0] for k in ("sampling_per_token_logps", "importance_sampling_ratio")):
-            raise RuntimeError("a reused response has no vLLM sampling log-probs; reuse needs TRL's transformers "
-                               "generation")
         dev = outs[0]["completion_ids"].device
         merged = {}
         for key in outs[0]:
             if key in ("num_items_in_batch", "advantages"):
                 continue
-            parts = [outs[e[0]][key][e[1]] if isinstance(e, tuple) else _reused_part(e, key, dev) for e in entries]
+            parts = [outs[e[0]][key][e[1]] if isinstance(e, tuple) else
+                     _reused_part(e, key, dev, outs[0][key].shape[-1] == 1) for e in entries]
             width = max(p.shape[-1] for p in parts)
             fill_value = self._tokenizer.pad_token_id if key in ("prompt_ids", "completion_ids") else (
                 1 if key == "tool_mask" else 0)
@@ -448,11 +457,15 @@ class RollwiseGRPOTrainer(GRPOTrainer):
             merged[key] = torch.stack([_pad_to(p, width, fill_value, side) for p in parts])
         at = [i for i, e in enumerate(entries) if not isinstance(e, tuple)]
         current = None
-        if at and ("old_per_token_logps" in merged or "ref_per_token_logps" in merged or self._correction_name != "none"):
+        if at and ({"old_per_token_logps", "ref_per_token_logps", "sampling_per_token_logps"} & set(merged)
+                   or self._correction_name != "none"):
             rows = {k: merged[k][at] for k in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")}
             current = self._rollwise_logps(rows)  # the current policy on the reused rows
-            if "old_per_token_logps" in merged:
-                merged["old_per_token_logps"][at] = current.to(merged["old_per_token_logps"].dtype)
+            # A reused row trains as if sampled now (PPO ratio 1, vLLM importance ratio 1, as under
+            # transformers generation): its staleness is what `correction=` weighs, from its stored mu
+            for key in ("old_per_token_logps", "sampling_per_token_logps"):
+                if key in merged:
+                    merged[key][at] = current.to(merged[key].dtype)
             if "ref_per_token_logps" in merged:
                 if self.ref_model is None:
                     raise RuntimeError("reused responses need reference log-probs, and this trainer has no ref_model "
@@ -620,6 +633,38 @@ class _Watch(StoppingCriteria):
                 self.actions[self.rows[r]] = d.action
 
 
+def _one_per_row(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """`_generate_single_turn`'s (images, multimodal_fields, num_generations, ...) with num_generations = 1:
+    TRL's vLLM server path asks for n = num_generations samples of every num_generations-th prompt, which
+    is right for blocks of G rows only; with 1 every row is its own request (colocate already sends n = 1)."""
+    if len(args) > 2:
+        return (*args[:2], 1, *args[3:]), kwargs
+    return args, {**kwargs, "num_generations": 1}
+
+
+def _cpu_weight_sync(generation) -> None:
+    """On vLLM's CPU build, TRL's colocate weight sync (`model.load_weights` per parameter) fails: the CPU
+    backend re-packs linear weights after loading and drops their `weight_loader` ("'Parameter' object has
+    no attribute 'weight_loader'", vLLM 0.32). There the trainer's weights go in through the worker's
+    `reload_weights`, as rollwise's own vLLM engine does (generate/vllm_engine.py). GPU builds keep TRL's."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return
+
+    def sync_weights():
+        seen, weights = set(), []
+        for name, param in generation._iter_named_params():
+            if param.data_ptr() not in seen:  # tied weights once: vLLM ties them itself
+                seen.add(param.data_ptr())
+                weights.append((name, param.detach().to("cpu").contiguous()))
+        generation.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights,
+                                                                "is_checkpoint_format": True})
+        generation.llm.reset_prefix_cache()
+
+    generation.sync_weights = sync_weights
+
+
 def _decoder(model):
     """The module whose output's last_hidden_state is the last layer's hidden states after the final norm
     (what rollwise's engine shows ARRoL): a transformers causal LM's decoder, or None if it has none."""
@@ -631,8 +676,9 @@ def _decoder(model):
     return dec if isinstance(dec, torch.nn.Module) and dec is not model else None
 
 
-def _reused_part(r: Rollout, key: str, device) -> torch.Tensor:
-    """A response reused from an earlier step as one row of TRL's batch (log-prob fields are filled in later)."""
+def _reused_part(r: Rollout, key: str, device, per_sequence: bool = False) -> torch.Tensor:
+    """A response reused from an earlier step as one row of TRL's batch (log-prob fields are filled in later;
+    its vLLM importance ratio is 1, per token or, `per_sequence`, one per row)."""
     p = torch.tensor(list(r.prompt_ids), dtype=torch.long, device=device)
     c = r.token_ids_T.to(device=device, dtype=torch.long)
     if key == "prompt_ids":
@@ -643,8 +689,10 @@ def _reused_part(r: Rollout, key: str, device) -> torch.Tensor:
         return c
     if key in ("completion_mask", "tool_mask"):
         return torch.ones_like(c)
-    if key in ("old_per_token_logps", "ref_per_token_logps"):
+    if key in ("old_per_token_logps", "ref_per_token_logps", "sampling_per_token_logps"):
         return torch.zeros(len(c), device=device)
+    if key == "importance_sampling_ratio":
+        return torch.ones(1 if per_sequence else len(c), device=device)
     raise ValueError(f"a reused response cannot fill TRL's batch field {key!r}")
 
 
