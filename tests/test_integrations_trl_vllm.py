@@ -50,7 +50,9 @@ def one_vllm():
     original = VLLMGeneration._init_vllm
 
     def init(self):
-        if "llm" in _SHARED:
+        if self.mode == "server":  # a stand-in for TRL's vLLM server, answering from the module's vLLM
+            self.vllm_client = StandInServer()
+        elif "llm" in _SHARED:
             self.llm, self._llm_weights_sleeping = _SHARED["llm"], False
         else:
             original(self)
@@ -64,7 +66,42 @@ def one_vllm():
         llm.llm_engine.engine_core.shutdown()
 
 
-def make_trainer(tmp_path, planner, prompts_per_batch=2, pool=8, reward=rare_reward, **kw):
+class StandInServer:
+    """What TRL's server mode calls on its `VLLMClient`, answered by the module's in-process vLLM: `generate`
+    as `trl vllm-serve` does (n samples of each prompt, in order), weights pushed by `reload_weights`. It
+    records the requests; TRL's NCCL weight transfer itself is not exercised (it needs a GPU)."""
+
+    def __init__(self):
+        self.asked = []
+
+    def generate(self, prompts, features=None, n=1, repetition_penalty=1.0, temperature=1.0, top_p=1.0, top_k=0,
+                 min_p=0.0, max_tokens=16, logprobs=0, structured_outputs_regex=None, generation_kwargs=None):
+        from trl.generation.vllm_generation import extract_logprobs
+        from vllm import SamplingParams
+
+        self.asked.append((len(prompts), n))
+        params = SamplingParams(n=n, repetition_penalty=repetition_penalty, temperature=temperature, top_p=top_p,
+                                top_k=top_k, min_p=min_p, max_tokens=max_tokens, logprobs=logprobs)
+        outs = _SHARED["llm"].generate([{"prompt_token_ids": p} for p in prompts], sampling_params=params,
+                                       use_tqdm=False)
+        lps, ids = extract_logprobs(outs)
+        return {"prompt_ids": [o.prompt_token_ids for o in outs],
+                "completion_ids": [list(c.token_ids) for o in outs for c in o.outputs],
+                "logprobs": lps, "logprob_token_ids": ids}
+
+    def get_server_info(self):
+        return {"model_config": {"logprobs_mode": "processed_logprobs"}}  # as TRL's colocate LLM is built
+
+    def update_named_params(self, metadata, params):
+        weights = [(name, p.detach().to("cpu").contiguous()) for name, p in params]
+        _SHARED["llm"].collective_rpc("reload_weights", kwargs={"weights_iterator": weights,
+                                                                "is_checkpoint_format": True})
+
+    def reset_prefix_cache(self):
+        _SHARED["llm"].reset_prefix_cache()
+
+
+def make_trainer(tmp_path, planner, prompts_per_batch=2, pool=8, reward=rare_reward, mode="colocate", **kw):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model = AutoModelForCausalLM.from_pretrained(checkpoint())
@@ -73,7 +110,7 @@ def make_trainer(tmp_path, planner, prompts_per_batch=2, pool=8, reward=rare_rew
     args = GRPOConfig(output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, report_to="none",
                       per_device_train_batch_size=prompts_per_batch * G, num_generations=G, max_completion_length=6,
                       max_steps=2, save_strategy="no", learning_rate=1e-3, seed=0, disable_tqdm=True,
-                      use_vllm=True, vllm_mode="colocate", vllm_enable_sleep_mode=False)
+                      use_vllm=True, vllm_mode=mode, vllm_enable_sleep_mode=False)
     return rt.RollwiseGRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=ds, processing_class=tok,
                                   planner=planner, **kw)
 
@@ -152,3 +189,23 @@ def test_per_prompt_group_sizes_under_vllm_colocate_equal_rollwise_driver(tmp_pa
         check_batch(batch, out.batch)
         assert e["generated_tokens"] == charge["decoded"] == sum(g.tokens for g in res.trained)
         assert batch["completion_ids"].shape[0] == 4 * G
+
+
+def test_ar3po_under_vllm_server_mode_asks_one_sample_per_row(tmp_path):
+    """Server mode through TRL's own server branch (its VLLMClient replaced by a stand-in on the CPU vLLM):
+    TRL would ask n = G samples of every G-th row, which is wrong for a round of any size; the integration
+    makes every row its own request (n = 1), and AR3PO's steps equal the driver's."""
+    if "llm" not in _SHARED:
+        make_trainer(tmp_path / "first", "uniform")  # starts the module's vLLM
+    spec, options = "ar3po", {"ar3po": {"k": 2, "stages": 2}}
+    trainer = make_trainer(tmp_path, spec, planner_options=options, mode="server")
+    assert rt.generation_mode(trainer) == "vLLM server mode"
+    rounds, results, batches = record_trl_steps(trainer, 4)
+    outs, charges, _ = driver_steps(trainer, spec, options, rounds)
+    asked = trainer.vllm_generation.vllm_client.asked
+    assert asked == [(sum(len(rows) for _, rows in rnd), 1) for step in rounds for rnd in step]
+    assert max(e["rounds"] for e in trainer.rollwise_log) > 1  # a stage: a round of fewer rows than B x G
+    for res, batch, out, charge, e in zip(results, batches, outs, charges, trainer.rollwise_log):
+        assert as_groups(res.trained) == as_groups(out.batch.groups)
+        check_batch(batch, out.batch)
+        assert e["generated_tokens"] == charge["decoded"]

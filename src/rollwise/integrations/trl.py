@@ -42,7 +42,8 @@ How it hooks in (the choices, and why):
   nanstd skip them, so advantages use the n real samples) and their loss mask is zero. n above G is
   capped. Under vLLM (colocate or server) the same padding holds: the round's live rows go to vLLM as
   one request each (the prompt repeated, n = 1), so vLLM samples exactly the rows a round needs (TRL's
-  server path would otherwise ask n = G of every G-th row). With a `rollout_func` (it samples every
+  server path would otherwise ask n = G of every G-th row; server mode is tested through a stand-in
+  for TRL's VLLMClient only). With a `rollout_func` (it samples every
   row), planners that set group sizes are refused. On vLLM's CPU build TRL's colocate weight sync
   fails (see `_cpu_weight_sync`); there the weights go in through vLLM's `reload_weights`. (The
   experimental async trainer's `rollout_worker` needs vLLM and a CUDA path, so it is not used.)
