@@ -1,4 +1,5 @@
-"""Stages, reuse, per-prompt group sizes and PODS inside TRL's GRPOTrainer under vLLM colocate mode, checked
+"""Stages, reuse, per-prompt group sizes and PODS inside TRL's GRPOTrainer under vLLM colocate mode (and
+server mode, through a stand-in for TRL's VLLMClient), checked
 step by step against rollwise's own driver on the same samples (as test_integrations_trl_stages.py does for
 TRL's transformers generation).
 

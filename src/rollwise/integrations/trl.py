@@ -144,13 +144,22 @@ class RollwiseGRPOTrainer(GRPOTrainer):
     PromptHistory (the weighted reward sum, or the named reward function's value, >= the threshold).
     `correction` / `correction_options`: a rollwise off-policy correction by name (`tis-token`,
     `mis-seq`, ...; default "none": on-policy, as rollwise's learner) applied to responses reused from
-    an earlier step (AR3PO), from their stored behaviour log-probs."""
+    an earlier step (AR3PO), from their stored behaviour log-probs. `drop_zero_adv`: the zero-variance
+    loss normaliser (rollwise's learner's `drop_zero_adv`, TRL issue #6367): rows whose advantage is 0
+    everywhere (every row of a group whose rewards are all equal) leave the loss mask and so the
+    token-mean denominator `num_items_in_batch` (loss types dapo, bnpo, cispo, vespo; per-sequence
+    losses still count them as zero-loss rows); refused with beta > 0, where such a row carries the KL
+    gradient."""
 
     def __init__(self, *args, planner: str, planner_options: dict | None = None, planner_seed: int | None = None,
                  n: int | None = None, success_threshold: float = 1.0, correct_reward: str | None = None,
                  answer_column: str = "answer", correction: str = "none", correction_options: dict | None = None,
-                 **kwargs):
+                 drop_zero_adv: bool = False, **kwargs):
         check_trl()
+        beta = getattr(kwargs.get("args", args[2] if len(args) > 2 else None), "beta", 0.0)
+        if drop_zero_adv and beta:  # checked first: TRL builds its reference model for beta > 0
+            raise ValueError(f"drop_zero_adv=True with beta={beta}: a zero-advantage row still carries the KL "
+                             "gradient (rollwise's learner ignores drop_zero_adv there); set beta=0 or drop it")
         super().__init__(*args, **kwargs)
         mode = generation_mode(self)
         host = f"TRL {trl.__version__} GRPOTrainer ({mode})"
@@ -179,6 +188,7 @@ class RollwiseGRPOTrainer(GRPOTrainer):
         self._correction_options = dict(correction_options or {})
         registry.check_options(self._correction, self._correction_options, "correction_options")
         self._correction_name = correction
+        self._drop_zero_adv = bool(drop_zero_adv)
         self._answer_column, self._threshold = answer_column, float(success_threshold)
         self._correct_col = None if correct_reward is None else self.reward_func_names.index(correct_reward)
         G = self.num_generations
@@ -496,6 +506,12 @@ class RollwiseGRPOTrainer(GRPOTrainer):
             factor = torch.ones_like(merged["completion_mask"], dtype=torch.float32)
             factor[at] = (w * keep).float()
             adv = adv.unsqueeze(1) * factor  # TRL's loss takes (B, T) advantages as they are
+        if self._drop_zero_adv:  # the zero-variance normaliser: rows with no signal leave the denominator
+            flat = adv[:n] if adv.dim() == 1 else adv[:n].abs().amax(1)
+            dead = torch.zeros(size, dtype=torch.bool, device=dev)
+            dead[:n] = flat == 0
+            merged["completion_mask"] = merged["completion_mask"] * (~dead).unsqueeze(1).to(merged["completion_mask"].dtype)
+            result.metrics["zero_adv_rows"] = int(dead.sum())
         merged["advantages"] = adv
         loss_mask = merged["completion_mask"] if "tool_mask" not in merged else merged["completion_mask"] * merged["tool_mask"]
         merged["num_items_in_batch"] = loss_mask.sum()
@@ -508,7 +524,7 @@ class RollwiseGRPOTrainer(GRPOTrainer):
         m = result.metrics
         for key in ("rounds", "tokens", "samples", "trained_groups", "filtered_groups", "zero_variance_trained",
                     "capped_requests", "skipped", "generated_tokens", "pruned_samples", "pruned_tokens",
-                    "reused_samples", "reused_age", "measurement_tokens"):
+                    "reused_samples", "reused_age", "measurement_tokens", "zero_adv_rows"):
             if key in m:
                 self._metrics["train"][f"rollwise/{key}"].append(float(m[key]))
         self.rollwise_log.append({"step": result.step, "global_step": int(self.state.global_step), **m})
@@ -517,7 +533,9 @@ class RollwiseGRPOTrainer(GRPOTrainer):
 def trl_advantages(rewards: list[list[float]], scale_rewards: str = "group") -> torch.Tensor:
     """Advantages of whole groups (any sizes), flattened in order, by TRL's sum_then_normalize formula:
     r - group mean, divided by (std + 1e-4) with TRL's own `nanstd` (Bessel-corrected), the group's std
-    for scale_rewards="group", the batch's for "batch", no division for "none"; NaN (a group of one) -> 0.
+    for scale_rewards="group", the batch's for "batch", no division for "none"; NaN (a group of one) -> 0;
+    a group whose rewards are all equal -> exactly 0 (as rollwise's grpo: the mean of equal floats can be
+    off by a rounding error, which drop_zero_adv would otherwise keep).
     tests/test_integrations_trl_stages.py checks it against the advantages TRL's own code computes."""
     if scale_rewards not in ("group", "batch", "none"):
         raise ValueError(f"scale_rewards must be 'group', 'batch' or 'none', not {scale_rewards!r}")
@@ -532,6 +550,9 @@ def trl_advantages(rewards: list[list[float]], scale_rewards: str = "group") -> 
         if scale_rewards != "none":
             std = batch_std if scale_rewards == "batch" else nanstd(x)
             a = a / (std + 1e-4)
+        seen = x[~x.isnan()]
+        if seen.numel() and (seen == seen[0]).all():
+            a = torch.zeros_like(a)
         out.append(torch.nan_to_num(a, nan=0.0))
     return torch.cat(out)
 
