@@ -23,8 +23,8 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("vllm") is None or impo
 if importlib.util.find_spec("vllm") is not None and importlib.util.find_spec("trl") is not None:
     import datasets
     from test_integrations_trl import G, KINDS, Staircase  # noqa: F401  (Staircase: the planner spec below)
-    from test_integrations_trl_stages import (as_groups, check_batch, driver_steps, rare_reward,
-                                              record_trl_steps)
+    from test_integrations_trl_stages import (as_groups, check_batch, check_inflight_step, driver_steps,
+                                              rare_reward, record_trl_steps)
     from test_vllm_engine import build_llama
     from trl import GRPOConfig
     from trl.generation.vllm_generation import VLLMGeneration
@@ -102,7 +102,8 @@ class StandInServer:
         _SHARED["llm"].reset_prefix_cache()
 
 
-def make_trainer(tmp_path, planner, prompts_per_batch=2, pool=8, reward=rare_reward, mode="colocate", **kw):
+def make_trainer(tmp_path, planner, prompts_per_batch=2, pool=8, reward=rare_reward, mode="colocate",
+                 mask_truncated_completions=False, **kw):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model = AutoModelForCausalLM.from_pretrained(checkpoint())
@@ -111,7 +112,8 @@ def make_trainer(tmp_path, planner, prompts_per_batch=2, pool=8, reward=rare_rew
     args = GRPOConfig(output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, report_to="none",
                       per_device_train_batch_size=prompts_per_batch * G, num_generations=G, max_completion_length=6,
                       max_steps=2, save_strategy="no", learning_rate=1e-3, seed=0, disable_tqdm=True,
-                      use_vllm=True, vllm_mode=mode, vllm_enable_sleep_mode=False)
+                      use_vllm=True, vllm_mode=mode, vllm_enable_sleep_mode=False,
+                      mask_truncated_completions=mask_truncated_completions)
     return rt.RollwiseGRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=ds, processing_class=tok,
                                   planner=planner, **kw)
 
@@ -210,3 +212,29 @@ def test_ar3po_under_vllm_server_mode_asks_one_sample_per_row(tmp_path):
         assert as_groups(res.trained) == as_groups(out.batch.groups)
         check_batch(batch, out.batch)
         assert e["generated_tokens"] == charge["decoded"]
+
+
+@pytest.mark.parametrize("spec, options", [
+    ("duet-abort", {"duet-abort": {"h_abort": 2, "grace": 0, "q": 0.5}}),
+    ("ar3po+duet-abort", {"ar3po": {"k": 2, "stages": 2}, "duet-abort": {"h_abort": 2, "grace": 0, "q": 0.5}})])
+def test_duet_abort_under_vllm_colocate_equals_rollwise_driver(tmp_path, spec, options):
+    """DUET's abort under vLLM colocate: the integration steps TRL's in-process vLLM, shows the watcher every
+    running row after each step and aborts the rows it ends (`LLMEngine.abort_request`). The same rows pruned
+    at the same token, charged as pruned, survivors weighted 1/q, and the same batch as the driver."""
+    trainer = make_trainer(tmp_path, spec, planner_options=options, prompts_per_batch=4, pool=16)
+    rounds, results, batches = record_trl_steps(trainer, 2)
+    outs, charges, _ = driver_steps(trainer, spec, options, rounds)
+    log = trainer.rollwise_log
+    assert sum(e["pruned_samples"] for e in log) > 0
+    for rnd in (r for step in rounds for r in step):  # pruned at the gate: h_abort + grace + 1 tokens
+        for _, rows in rnd:
+            assert all(len(t) == 3 for t, _, _, f in rows if f == "pruned")
+    for step in zip(results, batches, outs, charges, log):
+        check_inflight_step(*step)
+    assert not trainer.vllm_generation.llm.llm_engine.has_unfinished_requests()  # aborted rows are gone
+
+
+def test_in_flight_abort_under_vllm_is_refused_with_mask_truncated_completions(tmp_path):
+    with pytest.raises(ValueError, match=r"\(vLLM colocate mode with mask_truncated_completions\) cannot run planner 'duet-abort': duet-abort needs "
+                                         r"in-flight control"):
+        make_trainer(tmp_path, "duet-abort", mask_truncated_completions=True)

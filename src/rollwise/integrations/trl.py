@@ -34,8 +34,11 @@ How it hooks in (the choices, and why):
   on the model's decoder, registered for that generate call only and removed after it, also on error.
   transformers computes a token's hidden state in the pass that samples the next token, so such a
   watcher sees each row one decode step late and a row it ends drops the one token it was given past
-  the decision (decoded, not charged). Only TRL's transformers generation (no tools, no
-  mask_truncated_completions) serves in-flight control.
+  the decision (decoded, not charged). Under vLLM colocate (one process, no tensor parallelism, no sleep
+  mode) the integration steps TRL's in-process vLLM itself (`_rollwise_watched_vllm`): one request per
+  row, the watcher consulted after every engine step, rows it ends aborted (`LLMEngine.abort_request`)
+  with exactly the tokens it saw; tokens only (vLLM shows no hidden states). vLLM server mode cannot:
+  `trl vllm-serve` 1.16 has no abort endpoint. Not with tools nor mask_truncated_completions.
 * **Per-prompt group sizes by padding.** TRL groups rewards by `.view(-1, num_generations)`, so a
   prompt keeps a block of G rows; a planner giving it n < G samples generates only n of them (the
   others are not generated: they hold a single EOS token), their rewards are NaN (TRL's nanmean and
@@ -52,7 +55,7 @@ How it hooks in (the choices, and why):
   `success_threshold`), so history-based planners (greso, hive's stage 1, prompt-replay, cdas, duet,
   frontier, depo) learn. HIVE's prompt entropy is one prefill-only pass of the trainer's model.
 * **Refused**, by name and generation mode, when the trainer is built: stages and pilots with a
-  rollout_func; in-flight control outside TRL's transformers generation (vLLM, rollout_func), hidden states in flight (arrol)
+  rollout_func; in-flight control outside TRL's transformers generation and vLLM colocate, hidden states in flight (arrol)
   there and with a model without a decoder module to hook, per-step sampling parameters (e3's
   temperature), rows continued from their tokens (treepo), partial rollouts (april), per-prompt sizes
   where padding is impossible (above), a TRL version outside SUPPORTED, a dataset without a `prompt`
@@ -199,8 +202,12 @@ class RollwiseGRPOTrainer(GRPOTrainer):
         if self.use_vllm and self.args.vllm_mode == "colocate":
             _cpu_weight_sync(self.vllm_generation)
         inflight = mode == "transformers generation"  # not with tools, nor with mask_truncated_completions
+        # vLLM colocate: the integration steps TRL's in-process vLLM itself and aborts single requests (one
+        # process, no tensor parallelism, no sleep mode; not with tools nor mask_truncated_completions)
+        inflight |= (mode == "vLLM colocate mode" and self.vllm_generation.tensor_parallel_size == 1
+                     and not self.vllm_generation.enable_sleep_mode)
         # hidden states in flight (ARRoL) come from a forward hook on the model's decoder during generation
-        hidden = inflight and _decoder(self.accelerator.unwrap_model(self.model)) is not None
+        hidden = inflight and not self.use_vllm and _decoder(self.accelerator.unwrap_model(self.model)) is not None
         pool = LazyPool(len(self.train_dataset), self._rollwise_prompt)
         self.rollwise = PlannerHost(
             planner, pool, batch_size=self.args.generation_batch_size // G, n=n or G, host=host,
@@ -374,6 +381,8 @@ class RollwiseGRPOTrainer(GRPOTrainer):
             args, kwargs = _one_per_row(args, kwargs)
         if watch is None:
             completion_ids, logprobs = super()._generate_single_turn(keep, *args, **kwargs)
+        elif self.use_vllm:
+            completion_ids, logprobs = self._rollwise_watched_vllm(watch, keep)
         else:
             completion_ids, logprobs = self._rollwise_watched(watch, keep, *args, **kwargs)
         eos = self.eos_token_ids[0]
@@ -410,6 +419,70 @@ class RollwiseGRPOTrainer(GRPOTrainer):
         for row, action in watch.actions.items():  # keyed by the round's row (padding rows included)
             if action == "pruned":
                 self._rollwise_pad[row] = True
+        return completion_ids, logprobs
+
+    def _rollwise_watched_vllm(self, watch: "_Watch", prompt_ids):
+        """TRL's colocate vLLM call, stepped here so that the watcher can end single rows: each row is one
+        request (n = 1, TRL's sampling parameters); after every engine step (one token per running row) the
+        watcher sees each running row's tokens, as under transformers' generate (rows that vLLM started
+        later, past its max_num_seqs, are shown at their own lengths), and a row it ends is aborted in vLLM
+        (`LLMEngine.abort_request`), keeping exactly the tokens it was shown.
+        Returns what TRL's `_generate_single_turn` returns: completion ids and the sampled tokens' log-probs."""
+        import uuid
+
+        from trl.generation.vllm_generation import extract_logprobs
+        from vllm import SamplingParams
+
+        gen = self.vllm_generation
+        if self.state.global_step != self._last_loaded_step:  # as TRL's own vLLM path does
+            gen.sync_weights()
+            self._last_loaded_step = self.state.global_step
+        params = SamplingParams(**{"n": 1, "repetition_penalty": gen.repetition_penalty, "temperature": gen.temperature,
+                                   "top_p": gen.top_p, "top_k": gen.top_k, "min_p": 0.0 if gen.min_p is None else gen.min_p,
+                                   "max_tokens": gen.max_completion_length, "logprobs": gen.logprobs,
+                                   **gen.generation_kwargs})
+        engine = gen.llm.llm_engine
+        tag = uuid.uuid4().hex
+        ids = [f"rollwise-{tag}-{r}" for r in range(len(prompt_ids))]
+        for rid, ids_ in zip(ids, prompt_ids):
+            engine.add_request(rid, {"prompt_token_ids": list(ids_)}, params)
+        latest, row = {}, {rid: r for r, rid in enumerate(ids)}
+        watch.prompt_len = 0
+        try:
+            while engine.has_unfinished_requests():
+                for o in engine.step():
+                    if o.request_id in row:
+                        latest[o.request_id] = o
+                        if o.finished:
+                            watch.ended[row[o.request_id]] = True
+                by_length: dict[int, list[int]] = {}  # rows that started later (vLLM's max_num_seqs) run behind
+                for r, rid in enumerate(ids):
+                    if not watch.ended[r] and rid in latest:
+                        by_length.setdefault(len(latest[rid].outputs[0].token_ids), []).append(r)
+                before = set(watch.cut)
+                for k, rows in sorted(by_length.items()):
+                    comp = torch.zeros((len(ids), k), dtype=torch.long)
+                    for r in rows:
+                        comp[r] = torch.tensor(list(latest[ids[r]].outputs[0].token_ids))
+                    watch.calls += 1
+                    watch._consult(comp, None, only=set(rows))
+                ended = [ids[r] for r in set(watch.cut) - before]
+                if ended:
+                    engine.abort_request(ended)
+        except BaseException:
+            engine.abort_request([rid for rid in ids if rid not in latest or not latest[rid].finished])
+            raise
+        outs = [latest[rid] for rid in ids]
+        completion_ids = [list(o.outputs[0].token_ids) for o in outs]
+        logprobs, _ = extract_logprobs(outs)
+        logprobs = None if logprobs is None else [[lp[0] for lp in seq] for seq in logprobs]
+        for r, cut in watch.cut.items():  # exactly the tokens the watcher was shown
+            completion_ids[r] = completion_ids[r][:cut]
+            if logprobs is not None:
+                logprobs[r] = logprobs[r][:cut]
+        for row_, action in watch.actions.items():
+            if action == "pruned":
+                self._rollwise_pad[row_] = True
         return completion_ids, logprobs
 
     def _calculate_rewards(self, *args, **kwargs):
@@ -560,12 +633,13 @@ def trl_advantages(rewards: list[list[float]], scale_rewards: str = "group") -> 
 def generation_mode(trainer) -> str:
     """Which of TRL's generation paths the trainer uses: what decides which components it can serve."""
     if trainer.use_vllm:
-        return f"vLLM {getattr(trainer.args, 'vllm_mode', '')} mode".replace("  ", " ")
-    if trainer.rollout_func is not None:
+        mode = f"vLLM {getattr(trainer.args, 'vllm_mode', '')} mode".replace("  ", " ")
+    elif trainer.rollout_func is not None:
         return "rollout_func"
-    if trainer.use_transformers_continuous_batching:
+    elif trainer.use_transformers_continuous_batching:
         return "transformers continuous batching"
-    mode = "transformers generation"
+    else:
+        mode = "transformers generation"
     if trainer.tools:  # multi-turn: in-flight control is refused
         mode += " with tools"
     if trainer.args.mask_truncated_completions:  # a row stopped after its answer has no EOS: TRL would mask it
@@ -633,11 +707,12 @@ class _Watch(StoppingCriteria):
         self.ended |= new_eos
         return self.ended.clone().to(input_ids.device)
 
-    def _consult(self, comp, h_BD) -> None:
+    def _consult(self, comp, h_BD, only: set | None = None) -> None:
+        """Show the watcher the running rows (`only`: those rows, all `comp.shape[1]` tokens long)."""
         k = comp.shape[1]
         running: dict[int, list] = {}
         for r, (b, j) in enumerate(self.slots):
-            if not self.ended[r] and k < self.max_new:
+            if not self.ended[r] and k < self.max_new and (only is None or r in only):
                 running.setdefault(b, [None] * self.sizes[b])[j] = \
                     comp[r].clone() if h_BD is None else (comp[r].clone(), h_BD[r].clone())
         for d in (self.watch(running) if running else []):
