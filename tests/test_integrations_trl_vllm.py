@@ -31,10 +31,10 @@ if importlib.util.find_spec("vllm") is not None and importlib.util.find_spec("tr
 
     from rollwise.integrations import trl as rt
 
-# TRL's colocate vLLM joins a torch.distributed group of one ("external_launcher"); a small KV cache on CPU
-for key, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
-                   "MASTER_PORT": "29517", "VLLM_CPU_KVCACHE_SPACE": "1"}.items():
-    os.environ.setdefault(key, value)
+# TRL's colocate vLLM joins a torch.distributed group of one ("external_launcher"); a small KV cache on CPU.
+# Set by the module's fixture only while it runs: other modules must not see a distributed environment.
+ENV = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29517",
+       "VLLM_CPU_KVCACHE_SPACE": "1"}
 
 
 @functools.lru_cache(maxsize=None)
@@ -48,6 +48,9 @@ _SHARED = {}  # the module's one vLLM LLM
 @pytest.fixture(scope="module", autouse=True)
 def one_vllm():
     """Every trainer after the first reuses the first one's vLLM (starting one costs ~20 s on 2 cores)."""
+    saved = {k: os.environ.get(k) for k in ENV}
+    for k, v in ENV.items():
+        os.environ.setdefault(k, v)
     original = VLLMGeneration._init_vllm
 
     def init(self):
@@ -65,6 +68,11 @@ def one_vllm():
     llm = _SHARED.pop("llm", None)
     if llm is not None:
         llm.llm_engine.engine_core.shutdown()
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
 
 
 class StandInServer:
@@ -102,7 +110,7 @@ class StandInServer:
         _SHARED["llm"].reset_prefix_cache()
 
 
-def make_trainer(tmp_path, planner, prompts_per_batch=2, pool=8, reward=rare_reward, mode="colocate",
+def make_trainer(tmp_path, planner, prompts_per_batch=2, pool=8, reward=None, mode="colocate",
                  mask_truncated_completions=False, **kw):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -114,7 +122,7 @@ def make_trainer(tmp_path, planner, prompts_per_batch=2, pool=8, reward=rare_rew
                       max_steps=2, save_strategy="no", learning_rate=1e-3, seed=0, disable_tqdm=True,
                       use_vllm=True, vllm_mode=mode, vllm_enable_sleep_mode=False,
                       mask_truncated_completions=mask_truncated_completions)
-    return rt.RollwiseGRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=ds, processing_class=tok,
+    return rt.RollwiseGRPOTrainer(model=model, reward_funcs=reward or rare_reward, args=args, train_dataset=ds, processing_class=tok,
                                   planner=planner, **kw)
 
 
