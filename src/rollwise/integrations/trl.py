@@ -34,21 +34,28 @@ How it hooks in (the choices, and why):
   on the model's decoder, registered for that generate call only and removed after it, also on error.
   transformers computes a token's hidden state in the pass that samples the next token, so such a
   watcher sees each row one decode step late and a row it ends drops the one token it was given past
-  the decision (decoded, not charged). Only TRL's transformers generation (no tools, no
-  mask_truncated_completions) serves in-flight control.
+  the decision (decoded, not charged). Under vLLM colocate (one process, no tensor parallelism, no sleep
+  mode) the integration steps TRL's in-process vLLM itself (`_rollwise_watched_vllm`): one request per
+  row, the watcher consulted after every engine step, rows it ends aborted (`LLMEngine.abort_request`)
+  with exactly the tokens it saw; tokens only (vLLM shows no hidden states). vLLM server mode cannot:
+  `trl vllm-serve` 1.16 has no abort endpoint. Not with tools nor mask_truncated_completions.
 * **Per-prompt group sizes by padding.** TRL groups rewards by `.view(-1, num_generations)`, so a
   prompt keeps a block of G rows; a planner giving it n < G samples generates only n of them (the
   others are not generated: they hold a single EOS token), their rewards are NaN (TRL's nanmean and
   nanstd skip them, so advantages use the n real samples) and their loss mask is zero. n above G is
-  capped. Padding needs TRL's own transformers generation: with vLLM (which samples G per prompt) or
-  a `rollout_func`, planners that set group sizes are refused. (The experimental async trainer's
-  `rollout_worker` needs vLLM and a CUDA path, so it is not used.)
+  capped. Under vLLM (colocate or server) the same padding holds: the round's live rows go to vLLM as
+  one request each (the prompt repeated, n = 1), so vLLM samples exactly the rows a round needs (TRL's
+  server path would otherwise ask n = G of every G-th row; server mode is tested through a stand-in
+  for TRL's VLLMClient only). With a `rollout_func` (it samples every
+  row), planners that set group sizes are refused. On vLLM's CPU build TRL's colocate weight sync
+  fails (see `_cpu_weight_sync`); there the weights go in through vLLM's `reload_weights`. (The
+  experimental async trainer's `rollout_worker` needs vLLM and a CUDA path, so it is not used.)
 * **History.** Every rolled-out group is recorded in rollwise's PromptHistory from TRL's rewards
   (weighted sum of the reward functions; correct = that sum, or `correct_reward`'s value, >=
   `success_threshold`), so history-based planners (greso, hive's stage 1, prompt-replay, cdas, duet,
   frontier, depo) learn. HIVE's prompt entropy is one prefill-only pass of the trainer's model.
-* **Refused**, by name and generation mode, when the trainer is built: stages, pilots and in-flight
-  control outside TRL's transformers generation (vLLM, rollout_func), hidden states in flight (arrol)
+* **Refused**, by name and generation mode, when the trainer is built: stages and pilots with a
+  rollout_func; in-flight control outside TRL's transformers generation and vLLM colocate, hidden states in flight (arrol)
   there and with a model without a decoder module to hook, per-step sampling parameters (e3's
   temperature), rows continued from their tokens (treepo), partial rollouts (april), per-prompt sizes
   where padding is impossible (above), a TRL version outside SUPPORTED, a dataset without a `prompt`
@@ -140,13 +147,22 @@ class RollwiseGRPOTrainer(GRPOTrainer):
     PromptHistory (the weighted reward sum, or the named reward function's value, >= the threshold).
     `correction` / `correction_options`: a rollwise off-policy correction by name (`tis-token`,
     `mis-seq`, ...; default "none": on-policy, as rollwise's learner) applied to responses reused from
-    an earlier step (AR3PO), from their stored behaviour log-probs."""
+    an earlier step (AR3PO), from their stored behaviour log-probs. `drop_zero_adv`: the zero-variance
+    loss normaliser (rollwise's learner's `drop_zero_adv`, TRL issue #6367): rows whose advantage is 0
+    everywhere (every row of a group whose rewards are all equal) leave the loss mask and so the
+    token-mean denominator `num_items_in_batch` (loss types dapo, bnpo, cispo, vespo; per-sequence
+    losses still count them as zero-loss rows); refused with beta > 0, where such a row carries the KL
+    gradient."""
 
     def __init__(self, *args, planner: str, planner_options: dict | None = None, planner_seed: int | None = None,
                  n: int | None = None, success_threshold: float = 1.0, correct_reward: str | None = None,
                  answer_column: str = "answer", correction: str = "none", correction_options: dict | None = None,
-                 **kwargs):
+                 drop_zero_adv: bool = False, **kwargs):
         check_trl()
+        beta = getattr(kwargs.get("args", args[2] if len(args) > 2 else None), "beta", 0.0)
+        if drop_zero_adv and beta:  # checked first: TRL builds its reference model for beta > 0
+            raise ValueError(f"drop_zero_adv=True with beta={beta}: a zero-advantage row still carries the KL "
+                             "gradient (rollwise's learner ignores drop_zero_adv there); set beta=0 or drop it")
         super().__init__(*args, **kwargs)
         mode = generation_mode(self)
         host = f"TRL {trl.__version__} GRPOTrainer ({mode})"
@@ -175,13 +191,23 @@ class RollwiseGRPOTrainer(GRPOTrainer):
         self._correction_options = dict(correction_options or {})
         registry.check_options(self._correction, self._correction_options, "correction_options")
         self._correction_name = correction
+        self._drop_zero_adv = bool(drop_zero_adv)
         self._answer_column, self._threshold = answer_column, float(success_threshold)
         self._correct_col = None if correct_reward is None else self.reward_func_names.index(correct_reward)
         G = self.num_generations
-        own = mode.startswith("transformers")  # TRL generates here: rows can be left out, rounds can be any size
+        # Rows can be left out and rounds can be any size where TRL generates here, and under vLLM, where the
+        # integration asks for exactly the round's rows (each prompt repeated, n = 1 per request); not through
+        # a rollout_func (it samples every row) nor transformers' continuous batching
+        own = mode.startswith("transformers") or self.use_vllm
+        if self.use_vllm and self.args.vllm_mode == "colocate":
+            _cpu_weight_sync(self.vllm_generation)
         inflight = mode == "transformers generation"  # not with tools, nor with mask_truncated_completions
+        # vLLM colocate: the integration steps TRL's in-process vLLM itself and aborts single requests (one
+        # process, no tensor parallelism, no sleep mode; not with tools nor mask_truncated_completions)
+        inflight |= (mode == "vLLM colocate mode" and self.vllm_generation.tensor_parallel_size == 1
+                     and not self.vllm_generation.enable_sleep_mode)
         # hidden states in flight (ARRoL) come from a forward hook on the model's decoder during generation
-        hidden = inflight and _decoder(self.accelerator.unwrap_model(self.model)) is not None
+        hidden = inflight and not self.use_vllm and _decoder(self.accelerator.unwrap_model(self.model)) is not None
         pool = LazyPool(len(self.train_dataset), self._rollwise_prompt)
         self.rollwise = PlannerHost(
             planner, pool, batch_size=self.args.generation_batch_size // G, n=n or G, host=host,
@@ -339,6 +365,8 @@ class RollwiseGRPOTrainer(GRPOTrainer):
         live, self._rollwise_live = self._rollwise_live, None
         watch = self._rollwise_watch
         if live is None and watch is None:
+            if self.use_vllm and self._rollwise_pad is not None:  # a planner round: one request per row
+                args, kwargs = _one_per_row(args, kwargs)
             return super()._generate_single_turn(prompt_ids, *args, **kwargs)
         live = live or [True] * len(prompt_ids)
         if len(live) != len(prompt_ids):
@@ -349,8 +377,12 @@ class RollwiseGRPOTrainer(GRPOTrainer):
         if images is not None or fields:
             raise ValueError("per-prompt group sizes (padding) are not supported with multimodal prompts")
         keep = [ids for ids, x in zip(prompt_ids, live) if x]
+        if self.use_vllm:  # the round's rows are not blocks of G: one vLLM request (n = 1) per row
+            args, kwargs = _one_per_row(args, kwargs)
         if watch is None:
             completion_ids, logprobs = super()._generate_single_turn(keep, *args, **kwargs)
+        elif self.use_vllm:
+            completion_ids, logprobs = self._rollwise_watched_vllm(watch, keep)
         else:
             completion_ids, logprobs = self._rollwise_watched(watch, keep, *args, **kwargs)
         eos = self.eos_token_ids[0]
@@ -387,6 +419,70 @@ class RollwiseGRPOTrainer(GRPOTrainer):
         for row, action in watch.actions.items():  # keyed by the round's row (padding rows included)
             if action == "pruned":
                 self._rollwise_pad[row] = True
+        return completion_ids, logprobs
+
+    def _rollwise_watched_vllm(self, watch: "_Watch", prompt_ids):
+        """TRL's colocate vLLM call, stepped here so that the watcher can end single rows: each row is one
+        request (n = 1, TRL's sampling parameters); after every engine step (one token per running row) the
+        watcher sees each running row's tokens, as under transformers' generate (rows that vLLM started
+        later, past its max_num_seqs, are shown at their own lengths), and a row it ends is aborted in vLLM
+        (`LLMEngine.abort_request`), keeping exactly the tokens it was shown.
+        Returns what TRL's `_generate_single_turn` returns: completion ids and the sampled tokens' log-probs."""
+        import uuid
+
+        from trl.generation.vllm_generation import extract_logprobs
+        from vllm import SamplingParams
+
+        gen = self.vllm_generation
+        if self.state.global_step != self._last_loaded_step:  # as TRL's own vLLM path does
+            gen.sync_weights()
+            self._last_loaded_step = self.state.global_step
+        params = SamplingParams(**{"n": 1, "repetition_penalty": gen.repetition_penalty, "temperature": gen.temperature,
+                                   "top_p": gen.top_p, "top_k": gen.top_k, "min_p": 0.0 if gen.min_p is None else gen.min_p,
+                                   "max_tokens": gen.max_completion_length, "logprobs": gen.logprobs,
+                                   **gen.generation_kwargs})
+        engine = gen.llm.llm_engine
+        tag = uuid.uuid4().hex
+        ids = [f"rollwise-{tag}-{r}" for r in range(len(prompt_ids))]
+        for rid, ids_ in zip(ids, prompt_ids):
+            engine.add_request(rid, {"prompt_token_ids": list(ids_)}, params)
+        latest, row = {}, {rid: r for r, rid in enumerate(ids)}
+        watch.prompt_len = 0
+        try:
+            while engine.has_unfinished_requests():
+                for o in engine.step():
+                    if o.request_id in row:
+                        latest[o.request_id] = o
+                        if o.finished:
+                            watch.ended[row[o.request_id]] = True
+                by_length: dict[int, list[int]] = {}  # rows that started later (vLLM's max_num_seqs) run behind
+                for r, rid in enumerate(ids):
+                    if not watch.ended[r] and rid in latest:
+                        by_length.setdefault(len(latest[rid].outputs[0].token_ids), []).append(r)
+                before = set(watch.cut)
+                for k, rows in sorted(by_length.items()):
+                    comp = torch.zeros((len(ids), k), dtype=torch.long)
+                    for r in rows:
+                        comp[r] = torch.tensor(list(latest[ids[r]].outputs[0].token_ids))
+                    watch.calls += 1
+                    watch._consult(comp, None, only=set(rows))
+                ended = [ids[r] for r in set(watch.cut) - before]
+                if ended:
+                    engine.abort_request(ended)
+        except BaseException:
+            engine.abort_request([rid for rid in ids if rid not in latest or not latest[rid].finished])
+            raise
+        outs = [latest[rid] for rid in ids]
+        completion_ids = [list(o.outputs[0].token_ids) for o in outs]
+        logprobs, _ = extract_logprobs(outs)
+        logprobs = None if logprobs is None else [[lp[0] for lp in seq] for seq in logprobs]
+        for r, cut in watch.cut.items():  # exactly the tokens the watcher was shown
+            completion_ids[r] = completion_ids[r][:cut]
+            if logprobs is not None:
+                logprobs[r] = logprobs[r][:cut]
+        for row_, action in watch.actions.items():
+            if action == "pruned":
+                self._rollwise_pad[row_] = True
         return completion_ids, logprobs
 
     def _calculate_rewards(self, *args, **kwargs):
@@ -431,16 +527,13 @@ class RollwiseGRPOTrainer(GRPOTrainer):
         fill = spare or sorted(used)
         entries = [src if src is not None else r for src, r in trained]
         entries += [fill[i % len(fill)] for i in range(size - len(trained))]
-        reused = [e for e in entries if not isinstance(e, tuple)]
-        if reused and any(k in outs[0] for k in ("sampling_per_token_logps", "importance_sampling_ratio")):
-            raise RuntimeError("a reused response has no vLLM sampling log-probs; reuse needs TRL's transformers "
-                               "generation")
         dev = outs[0]["completion_ids"].device
         merged = {}
         for key in outs[0]:
             if key in ("num_items_in_batch", "advantages"):
                 continue
-            parts = [outs[e[0]][key][e[1]] if isinstance(e, tuple) else _reused_part(e, key, dev) for e in entries]
+            parts = [outs[e[0]][key][e[1]] if isinstance(e, tuple) else
+                     _reused_part(e, key, dev, outs[0][key].shape[-1] == 1) for e in entries]
             width = max(p.shape[-1] for p in parts)
             fill_value = self._tokenizer.pad_token_id if key in ("prompt_ids", "completion_ids") else (
                 1 if key == "tool_mask" else 0)
@@ -448,11 +541,15 @@ class RollwiseGRPOTrainer(GRPOTrainer):
             merged[key] = torch.stack([_pad_to(p, width, fill_value, side) for p in parts])
         at = [i for i, e in enumerate(entries) if not isinstance(e, tuple)]
         current = None
-        if at and ("old_per_token_logps" in merged or "ref_per_token_logps" in merged or self._correction_name != "none"):
+        if at and ({"old_per_token_logps", "ref_per_token_logps", "sampling_per_token_logps"} & set(merged)
+                   or self._correction_name != "none"):
             rows = {k: merged[k][at] for k in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")}
             current = self._rollwise_logps(rows)  # the current policy on the reused rows
-            if "old_per_token_logps" in merged:
-                merged["old_per_token_logps"][at] = current.to(merged["old_per_token_logps"].dtype)
+            # A reused row trains as if sampled now (PPO ratio 1, vLLM importance ratio 1, as under
+            # transformers generation): its staleness is what `correction=` weighs, from its stored mu
+            for key in ("old_per_token_logps", "sampling_per_token_logps"):
+                if key in merged:
+                    merged[key][at] = current.to(merged[key].dtype)
             if "ref_per_token_logps" in merged:
                 if self.ref_model is None:
                     raise RuntimeError("reused responses need reference log-probs, and this trainer has no ref_model "
@@ -482,6 +579,12 @@ class RollwiseGRPOTrainer(GRPOTrainer):
             factor = torch.ones_like(merged["completion_mask"], dtype=torch.float32)
             factor[at] = (w * keep).float()
             adv = adv.unsqueeze(1) * factor  # TRL's loss takes (B, T) advantages as they are
+        if self._drop_zero_adv:  # the zero-variance normaliser: rows with no signal leave the denominator
+            flat = adv[:n] if adv.dim() == 1 else adv[:n].abs().amax(1)
+            dead = torch.zeros(size, dtype=torch.bool, device=dev)
+            dead[:n] = flat == 0
+            merged["completion_mask"] = merged["completion_mask"] * (~dead).unsqueeze(1).to(merged["completion_mask"].dtype)
+            result.metrics["zero_adv_rows"] = int(dead.sum())
         merged["advantages"] = adv
         loss_mask = merged["completion_mask"] if "tool_mask" not in merged else merged["completion_mask"] * merged["tool_mask"]
         merged["num_items_in_batch"] = loss_mask.sum()
@@ -494,7 +597,7 @@ class RollwiseGRPOTrainer(GRPOTrainer):
         m = result.metrics
         for key in ("rounds", "tokens", "samples", "trained_groups", "filtered_groups", "zero_variance_trained",
                     "capped_requests", "skipped", "generated_tokens", "pruned_samples", "pruned_tokens",
-                    "reused_samples", "reused_age", "measurement_tokens"):
+                    "reused_samples", "reused_age", "measurement_tokens", "zero_adv_rows"):
             if key in m:
                 self._metrics["train"][f"rollwise/{key}"].append(float(m[key]))
         self.rollwise_log.append({"step": result.step, "global_step": int(self.state.global_step), **m})
@@ -503,7 +606,9 @@ class RollwiseGRPOTrainer(GRPOTrainer):
 def trl_advantages(rewards: list[list[float]], scale_rewards: str = "group") -> torch.Tensor:
     """Advantages of whole groups (any sizes), flattened in order, by TRL's sum_then_normalize formula:
     r - group mean, divided by (std + 1e-4) with TRL's own `nanstd` (Bessel-corrected), the group's std
-    for scale_rewards="group", the batch's for "batch", no division for "none"; NaN (a group of one) -> 0.
+    for scale_rewards="group", the batch's for "batch", no division for "none"; NaN (a group of one) -> 0;
+    a group whose rewards are all equal -> exactly 0 (as rollwise's grpo: the mean of equal floats can be
+    off by a rounding error, which drop_zero_adv would otherwise keep).
     tests/test_integrations_trl_stages.py checks it against the advantages TRL's own code computes."""
     if scale_rewards not in ("group", "batch", "none"):
         raise ValueError(f"scale_rewards must be 'group', 'batch' or 'none', not {scale_rewards!r}")
@@ -518,6 +623,9 @@ def trl_advantages(rewards: list[list[float]], scale_rewards: str = "group") -> 
         if scale_rewards != "none":
             std = batch_std if scale_rewards == "batch" else nanstd(x)
             a = a / (std + 1e-4)
+        seen = x[~x.isnan()]
+        if seen.numel() and (seen == seen[0]).all():
+            a = torch.zeros_like(a)
         out.append(torch.nan_to_num(a, nan=0.0))
     return torch.cat(out)
 
@@ -525,12 +633,13 @@ def trl_advantages(rewards: list[list[float]], scale_rewards: str = "group") -> 
 def generation_mode(trainer) -> str:
     """Which of TRL's generation paths the trainer uses: what decides which components it can serve."""
     if trainer.use_vllm:
-        return f"vLLM {getattr(trainer.args, 'vllm_mode', '')} mode".replace("  ", " ")
-    if trainer.rollout_func is not None:
+        mode = f"vLLM {getattr(trainer.args, 'vllm_mode', '')} mode".replace("  ", " ")
+    elif trainer.rollout_func is not None:
         return "rollout_func"
-    if trainer.use_transformers_continuous_batching:
+    elif trainer.use_transformers_continuous_batching:
         return "transformers continuous batching"
-    mode = "transformers generation"
+    else:
+        mode = "transformers generation"
     if trainer.tools:  # multi-turn: in-flight control is refused
         mode += " with tools"
     if trainer.args.mask_truncated_completions:  # a row stopped after its answer has no EOS: TRL would mask it
@@ -598,11 +707,12 @@ class _Watch(StoppingCriteria):
         self.ended |= new_eos
         return self.ended.clone().to(input_ids.device)
 
-    def _consult(self, comp, h_BD) -> None:
+    def _consult(self, comp, h_BD, only: set | None = None) -> None:
+        """Show the watcher the running rows (`only`: those rows, all `comp.shape[1]` tokens long)."""
         k = comp.shape[1]
         running: dict[int, list] = {}
         for r, (b, j) in enumerate(self.slots):
-            if not self.ended[r] and k < self.max_new:
+            if not self.ended[r] and k < self.max_new and (only is None or r in only):
                 running.setdefault(b, [None] * self.sizes[b])[j] = \
                     comp[r].clone() if h_BD is None else (comp[r].clone(), h_BD[r].clone())
         for d in (self.watch(running) if running else []):
@@ -620,6 +730,38 @@ class _Watch(StoppingCriteria):
                 self.actions[self.rows[r]] = d.action
 
 
+def _one_per_row(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """`_generate_single_turn`'s (images, multimodal_fields, num_generations, ...) with num_generations = 1:
+    TRL's vLLM server path asks for n = num_generations samples of every num_generations-th prompt, which
+    is right for blocks of G rows only; with 1 every row is its own request (colocate already sends n = 1)."""
+    if len(args) > 2:
+        return (*args[:2], 1, *args[3:]), kwargs
+    return args, {**kwargs, "num_generations": 1}
+
+
+def _cpu_weight_sync(generation) -> None:
+    """On vLLM's CPU build, TRL's colocate weight sync (`model.load_weights` per parameter) fails: the CPU
+    backend re-packs linear weights after loading and drops their `weight_loader` ("'Parameter' object has
+    no attribute 'weight_loader'", vLLM 0.32). There the trainer's weights go in through the worker's
+    `reload_weights`, as rollwise's own vLLM engine does (generate/vllm_engine.py). GPU builds keep TRL's."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return
+
+    def sync_weights():
+        seen, weights = set(), []
+        for name, param in generation._iter_named_params():
+            if param.data_ptr() not in seen:  # tied weights once: vLLM ties them itself
+                seen.add(param.data_ptr())
+                weights.append((name, param.detach().to("cpu").contiguous()))
+        generation.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights,
+                                                                "is_checkpoint_format": True})
+        generation.llm.reset_prefix_cache()
+
+    generation.sync_weights = sync_weights
+
+
 def _decoder(model):
     """The module whose output's last_hidden_state is the last layer's hidden states after the final norm
     (what rollwise's engine shows ARRoL): a transformers causal LM's decoder, or None if it has none."""
@@ -631,8 +773,9 @@ def _decoder(model):
     return dec if isinstance(dec, torch.nn.Module) and dec is not model else None
 
 
-def _reused_part(r: Rollout, key: str, device) -> torch.Tensor:
-    """A response reused from an earlier step as one row of TRL's batch (log-prob fields are filled in later)."""
+def _reused_part(r: Rollout, key: str, device, per_sequence: bool = False) -> torch.Tensor:
+    """A response reused from an earlier step as one row of TRL's batch (log-prob fields are filled in later;
+    its vLLM importance ratio is 1, per token or, `per_sequence`, one per row)."""
     p = torch.tensor(list(r.prompt_ids), dtype=torch.long, device=device)
     c = r.token_ids_T.to(device=device, dtype=torch.long)
     if key == "prompt_ids":
@@ -643,8 +786,10 @@ def _reused_part(r: Rollout, key: str, device) -> torch.Tensor:
         return c
     if key in ("completion_mask", "tool_mask"):
         return torch.ones_like(c)
-    if key in ("old_per_token_logps", "ref_per_token_logps"):
+    if key in ("old_per_token_logps", "ref_per_token_logps", "sampling_per_token_logps"):
         return torch.zeros(len(c), device=device)
+    if key == "importance_sampling_ratio":
+        return torch.ones(1 if per_sequence else len(c), device=device)
     raise ValueError(f"a reused response cannot fill TRL's batch field {key!r}")
 
 
