@@ -34,6 +34,16 @@ class MinimalTask:
         return float(response.strip() == answer)
 
 
+class NoVerifyTask:
+    rollwise_kind = "task"
+
+    def train_pool(self):
+        return []
+
+    def heldout(self):
+        return []
+
+
 class WithOptions(MinimalTask):
     name = "with-options"
     max_new_tokens = 12
@@ -99,6 +109,14 @@ def test_an_undeclared_attribute_is_refused_and_a_task_missing_a_method_named():
     assert not isinstance(NoVerify(), Task)
     with pytest.raises(ValueError, match=r"^task 'm:NoVerify': a task needs verify\(\) \(see"):
         check_task(NoVerify(), "task 'm:NoVerify'")
+
+
+def test_a_task_missing_a_method_is_refused_when_the_config_loads():
+    from rollwise.run.config import load_config
+
+    with pytest.raises(ValueError, match=r"^task 'test_task_protocol:NoVerifyTask' is not a task \(a class with"):
+        load_config(None, {"task": "test_task_protocol:NoVerifyTask", "model": "no/such/dir"})
+    assert missing(NoVerifyTask) == ["verify"]  # what run/config.py's check could say by name
 
 
 def test_a_user_task_without_a_base_class_trains(tmp_path, small_policy):
