@@ -20,7 +20,8 @@ from .types import Prompt
 
 @runtime_checkable
 class Task(Protocol):
-    """What every task has. Prompts are `core.types.Prompt` (text, answer, level)."""
+    """What every task has. Prompts are `core.types.Prompt(id, text, answer, level)`; ids index
+    the pool."""
 
     def train_pool(self) -> list[Prompt]: ...
 
@@ -109,12 +110,4 @@ def missing(task: Any) -> list[str]:
     return [m for m in ("train_pool", "heldout", "verify") if not callable(getattr(task, m, None))]
 
 
-def check_task(task: Any, where: str) -> None:
-    """One line naming what a task object lacks, before any work."""
-    lack = missing(task)
-    if lack:
-        raise ValueError(f"{where}: a task needs {', '.join(m + '()' for m in lack)} "
-                         "(see rollwise/core/task.py, the Task protocol)")
-
-
-__all__ = ["Task", "OptionalAttr", "OPTIONAL", "declares", "option", "missing", "check_task"]
+__all__ = ["Task", "OptionalAttr", "OPTIONAL", "declares", "option", "missing"]
