@@ -220,6 +220,7 @@ def test_failing_reward_warns_and_run_ends_with_no_worker_left(tmp_path, small_p
     assert not [t for t in threading.enumerate() if not t.daemon and t is not threading.main_thread()]
 
 
+@pytest.mark.slow  # among the ten slowest core tests (--durations): marked, still run by default
 def test_a_hanging_reward_lets_the_process_exit(tmp_path, small_policy, cache_dir):
     args = [sys.executable, "-m", "rollwise.cli", "train", "--out", str(tmp_path / "h"), "--steps", "1",
             "--reward", "adversarial_rewards:hangs_always"]

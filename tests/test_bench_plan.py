@@ -311,6 +311,7 @@ def test_an_arm_may_not_set_what_makes_the_arms_comparable(key):
         planmod.parse_plan(PLAN.replace("  greso: {planner: greso}", f"  greso: {{planner: greso, set: {{{key}: 1}}}}"))
 
 
+@pytest.mark.slow  # among the ten slowest core tests (--durations): marked, still run by default
 def test_also_against_compares_an_arm_with_another_arm_described_not_decided(tmp_path):
     """WAVE3: an arm that trains more rows per group than the baseline is also compared with GRPO at the
     nearest n. The comparison pairs by plan seed, reads the same primary figure and stays out of Holm."""

@@ -123,6 +123,7 @@ def test_cli_warmstart_refuses_to_overwrite(tmp_path):
     assert res.returncode == 2 and "not empty" in res.stderr and (tmp_path / "x" / "keep.txt").read_text() == "mine"
 
 
+@pytest.mark.slow  # among the ten slowest core tests (--durations): marked, still run by default
 def test_cli_eval_takes_a_run_directory(tmp_path, small_policy, cache_dir):
     """`rollwise eval --model RUN_DIR` (what `export` accepts) evaluates the run's latest model, instead of
     failing on the run's config.json as if it were a tokenizer's directory."""

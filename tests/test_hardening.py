@@ -100,6 +100,7 @@ def test_config_with_an_absolute_out_needs_out(tmp_path, capsys):
 
 # ---- 3. --allow-config-change applies what it records, refuses what the saved state overrides -------------
 
+@pytest.mark.slow  # among the ten slowest core tests (--durations): marked, still run by default
 def test_allowed_lr_change_is_applied_and_seed_change_is_refused(tmp_path, small_policy):
     import shutil
 

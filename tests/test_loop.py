@@ -27,6 +27,7 @@ def read(path):
     return [json.loads(x) for x in open(path).read().splitlines()]
 
 
+@pytest.mark.slow  # among the ten slowest core tests (--durations): marked, still run by default
 def test_train_few_steps_end_to_end(tmp_path, small_policy):
     rows = Trainer(small_cfg(tmp_path / "run", steps=3)).run()
     assert [r["step"] for r in rows] == [0, 1, 2, 3]
@@ -39,6 +40,7 @@ def test_train_few_steps_end_to_end(tmp_path, small_policy):
     assert read(tmp_path / "run" / "metrics.jsonl") == rows
 
 
+@pytest.mark.slow  # among the ten slowest core tests (--durations): marked, still run by default
 def test_extend_run_continues_exactly(tmp_path, small_policy):
     full = Trainer(small_cfg(tmp_path / "full", steps=4)).run()
     Trainer(small_cfg(tmp_path / "part", steps=2)).run()
@@ -46,6 +48,7 @@ def test_extend_run_continues_exactly(tmp_path, small_policy):
     assert strip(resumed) == strip(full)
 
 
+@pytest.mark.slow  # among the ten slowest core tests (--durations): marked, still run by default
 def test_kill_and_resume_is_bit_identical(tmp_path, small_policy, cache_dir):
     """SIGKILL a real `rollwise train` process after step 2, rerun the same command: the metrics equal an
     uninterrupted run's. Steps are slowed by a tiny sleep hook only to make the kill land mid-run."""
@@ -91,6 +94,7 @@ def test_eval_every_tokens_evaluates_at_the_first_step_after_each_multiple(tmp_p
     assert evaluated == expected and len(evaluated) > 3
 
 
+@pytest.mark.slow  # among the ten slowest core tests (--durations): marked, still run by default
 def test_recorded_config_reruns_the_run(tmp_path, small_policy, cache_dir):
     """`rollwise train --config <run>/config.json --out NEW` reproduces a run field for field."""
     Trainer(small_cfg(tmp_path / "a", steps=2, planner="dapo", seed=3)).run()
@@ -103,6 +107,7 @@ def test_recorded_config_reruns_the_run(tmp_path, small_policy, cache_dir):
     assert strip(read(tmp_path / "a" / "metrics.jsonl")) == strip(read(tmp_path / "b" / "metrics.jsonl"))
 
 
+@pytest.mark.slow  # among the ten slowest core tests (--durations): marked, still run by default
 def test_sampled_evaluation_leaves_training_unchanged(tmp_path, small_policy):
     """Sampled evaluation (eval_samples, pass@k) has its own engine and generator: turning it on changes
     the evaluation rows' fields and nothing the training wrote."""

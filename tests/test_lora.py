@@ -62,6 +62,7 @@ def read(path):
     return [{k: v for k, v in json.loads(x).items() if not k.endswith("_s")} for x in open(path).read().splitlines()]
 
 
+@pytest.mark.slow  # among the ten slowest core tests (--durations): marked, still run by default
 def test_lora_bf16_checkpointed_run_resumes_exactly_after_a_kill_and_exports(tmp_path):
     """SIGKILL a real `rollwise train` of a small Llama (LoRA + bf16 + gradient checkpointing + token-budget
     micro-batches) after step 2, rerun the same command: the metrics and the trained weights equal an

@@ -36,6 +36,8 @@ _API = {
     "Rollout": "rollwise.core.types:Rollout",
     "Group": "rollwise.core.types:Group",
     "Batch": "rollwise.core.types:Batch",
+    # tasks: the protocol and its declared optional attributes
+    "Task": "rollwise.core.task:Task",
     # the registry: components, engines, tasks by name
     "register": "rollwise.core.registry:register",
     "get": "rollwise.core.registry:get",

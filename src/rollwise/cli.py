@@ -136,6 +136,7 @@ def cmd_eval(args) -> int:
     from .run.evaluate import check_finite_weights, evaluate
     from .run.build import load_policy, reward_scorer
     from .run.progress import Heartbeat
+    from .core.task import declares
 
     for name, least in (("size", 0), ("k", 0), ("samples", 0)):
         if getattr(args, name) < least:
@@ -147,7 +148,7 @@ def cmd_eval(args) -> int:
     path = args.model or cfg.model or base_checkpoint(task, cfg.warmstart)
     policy = load_policy(path)
     policy.model.eval()
-    if hasattr(task, "use_tokenizer"):  # a chat model's template, as in training
+    if declares(task, "use_tokenizer"):  # a chat model's template, as in training
         task.use_tokenizer(policy.tokenizer)
     try:
         check_finite_weights(policy)
@@ -174,12 +175,13 @@ def cmd_eval(args) -> int:
 def cmd_warmstart(args) -> int:
     """Build (or find) the base checkpoint of a task's warm start and print its report."""
     from .core import registry
+    from .core.task import declares
     from .policy.warmstart import base_checkpoint, build_base, fingerprint, shipped_base
     from .run.config import load_config
 
     cfg = load_config(args.config, _overrides(args))
     task = registry.get("task", cfg.task).obj(**cfg.task_options)
-    if not hasattr(task, "sft_examples"):
+    if not declares(task, "sft_examples"):
         raise ValueError(f"task {cfg.task!r} has no supervised examples (sft_examples) to warm-start from")
     if args.out:
         out = Path(args.out)

@@ -37,16 +37,18 @@ def task_mixes(task: str) -> dict:
     if task == "arithmetic":
         return MIXES
     from ..core import registry
+    from ..core.task import option
 
-    return dict(getattr(registry.get("task", task).obj, "bench_mixes", None) or {"default": None})
+    return dict(option(registry.get("task", task).obj, "bench_mixes") or {"default": None})
 
 
 def task_bench_defaults(task: str) -> dict:
     """BenchConfig settings a task declares (`bench_defaults`: e.g. a budget sized to its response
     lengths); the arithmetic task's are BenchConfig's own."""
     from ..core import registry
+    from ..core.task import option
 
-    return dict(getattr(registry.get("task", task).obj, "bench_defaults", None) or {})
+    return dict(option(registry.get("task", task).obj, "bench_defaults"))
 
 
 @dataclass

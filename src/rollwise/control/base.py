@@ -345,16 +345,6 @@ class Planner:
         return self.carry is not None
 
     @property
-    def max_staleness(self):
-        raise AttributeError("Planner.max_staleness was removed in 0.4: use Planner.staleness, a "
-                             "rollwise.core.staleness.StalenessPolicy (build_planner(..., staleness=...))")
-
-    @max_staleness.setter
-    def max_staleness(self, value):
-        raise AttributeError("Planner.max_staleness was removed in 0.4: build the planner with "
-                             "build_planner(..., staleness=rollwise.core.staleness.StalenessPolicy(S)) (Planner.staleness) instead")
-
-    @property
     def needs_sampling(self) -> bool:
         return any(c.needs_sampling for c in self.components)
 

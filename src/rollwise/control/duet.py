@@ -57,6 +57,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.registry import register
+from ..core.task import option
 from ..core.types import Group, Prompt, Request
 from .base import Component, Decision, StepContext
 from .capabilities import SetsN, Watcher, WaveWatch
@@ -143,7 +144,7 @@ class DUETAbort(Component):
 
     def marker_ids(self, ctx: StepContext) -> list[int]:
         """The marker as token ids: the option, else the task's `answer_marker`; [] = no marker."""
-        m = self.marker if self.marker is not None else getattr(ctx.task, "answer_marker", None)
+        m = self.marker if self.marker is not None else option(ctx.task, "answer_marker")
         if not m:
             return []
         if not isinstance(m, str):

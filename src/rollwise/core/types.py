@@ -114,38 +114,6 @@ class Lineage:
     new_rollout: int = 0
 
 
-class Meta(dict):
-    """Rollout.meta: entries a planner attaches for itself or the learner (`is_weight`, a head's readings).
-    The lineage keys moved to `Rollout.lineage` in 0.4; using them here is an error naming the field."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        for key in self:
-            self._moved(key)
-
-    def update(self, *args, **kwargs):
-        for key in dict(*args, **kwargs):
-            self._moved(key)
-        super().update(*args, **kwargs)
-
-    def _moved(self, key):
-        if key in LINEAGE_KEYS or key == "tree":
-            raise KeyError(f"Rollout.meta[{key!r}] moved to Rollout.lineage."
-                           f"{'tree_path' if key == 'tree' else key} in 0.4")
-
-    def __getitem__(self, key):
-        self._moved(key)
-        return super().__getitem__(key)
-
-    def __setitem__(self, key, value):
-        self._moved(key)
-        super().__setitem__(key, value)
-
-    def get(self, key, default=None):
-        self._moved(key)
-        return super().get(key, default)
-
-
 @dataclass
 class Rollout:
     """One sampled response.
@@ -176,12 +144,8 @@ class Rollout:
     temperature: float = 1.0  # the sampling temperature (the learner scores at the same one)
     entropy_T: torch.Tensor | None = None
     versions_T: torch.Tensor | None = None
-    meta: dict = field(default_factory=lambda: Meta())  # what planners attach (is_weight, a head's readings)
+    meta: dict = field(default_factory=dict)  # what planners attach (is_weight, a head's readings)
     lineage: Lineage = field(default_factory=lambda: Lineage())  # where its tokens came from
-
-    def __post_init__(self):
-        if type(self.meta) is not Meta:
-            self.meta = Meta(self.meta)
 
     @property
     def num_tokens(self) -> int:
@@ -363,16 +327,6 @@ class Group:
         """Its rollouts as count-level Segments, or None when it holds them one by one (every group but
         the simulator's, until something reads its rollouts). The ledger moves fates through either."""
         return None
-
-    def move(self, frm: str, to, acc: dict) -> None:
-        """Removed in 0.4: fates are moved by the ledger (`rollwise.core.ledger.move_group`)."""
-        raise AttributeError("Group.move was removed in 0.4: use rollwise.core.ledger.move_group(group, frm, to, acc)")
-
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        if "move" in cls.__dict__:  # the ledger would never call it: say so instead of counting wrongly
-            raise TypeError(f"{cls.__name__}.move: groups no longer move their own fates (0.4); a count-level "
-                            "group returns Segments from segments() and rollwise.core.ledger moves them")
 
 
 @dataclass(slots=True, eq=False)

@@ -25,7 +25,7 @@ import torch
 from ..control.base import Planner, StepContext, Wave, build_planner
 from ..control.capabilities import Partial, Speculator, Watcher, find
 from ..core.history import PromptHistory
-from ..core.types import DEFAULT_SAMPLING, KIND_TAG, LightRollout, Meta, Prompt, rollout_kind
+from ..core.types import DEFAULT_SAMPLING, KIND_TAG, LightRollout, Prompt, rollout_kind
 from .host import PlannerHost, _refuse_what_hosts_cannot_set
 
 
@@ -40,7 +40,7 @@ class VerlRollout(LightRollout):
     plain data (`to_state`), its saved fields included, so a checkpoint carries it."""
 
     keys: tuple = ()
-    meta: dict = field(default_factory=Meta)
+    meta: dict = field(default_factory=dict)
     saved: tuple | None = None  # (TensorDict of its outputs, [their tags])
 
     def to_state(self) -> dict:
@@ -56,7 +56,7 @@ class VerlRollout(LightRollout):
     def from_state(cls, d: dict) -> "VerlRollout":
         names = {f.name for f in fields(cls)} - {"saved", "token_ids_T", "logprobs_T"}
         kw = {k: v for k, v in d.items() if k in names}
-        kw.update(keys=tuple(d["keys"]), meta=Meta(d.get("meta") or {}), prompt_ids=tuple(d.get("prompt_ids", ())))
+        kw.update(keys=tuple(d["keys"]), meta=dict(d.get("meta") or {}), prompt_ids=tuple(d.get("prompt_ids", ())))
         if kw.get("reward_parts") is not None:
             kw["reward_parts"] = tuple(kw["reward_parts"])
         saved = d.get("saved")

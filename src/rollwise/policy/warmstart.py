@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 
 from ..core.settings import setting
+from ..core.task import declares, option
 from ..tasks.reward import Scorer
 from .policy import Policy
 from .tiny import TinyConfig, TinyGPT
@@ -103,7 +104,7 @@ def _settings(cfg: WarmStartConfig) -> dict:
 def fingerprint(task, cfg: WarmStartConfig) -> str:
     """A hash of everything that shapes the base: the recipe version, the warm-start settings, the task
     and what of it the base depends on."""
-    name = getattr(task, "name", type(task).__name__)
+    name = option(task, "name")
     return hashlib.sha256(json.dumps([WARMSTART_VERSION, _settings(cfg), name, task.base_fingerprint()],
                                      sort_keys=True, default=str).encode()).hexdigest()[:12]
 
@@ -112,7 +113,7 @@ def base_alphabet(task, cfg: WarmStartConfig) -> str:
     """The tiny tokenizer's alphabet for this base: `CHARS`, then (sorted) `cfg.extra_chars` and the
     characters of the task's data (`task.alphabet()`, a file task's rows) that `CHARS` lacks. For the
     procedural tasks with default settings it is `CHARS`, so their tokenizer is today's."""
-    data = task.alphabet() if hasattr(task, "alphabet") else ""
+    data = option(task, "alphabet")()
     return extend_alphabet(cfg.extra_chars, data)
 
 
@@ -177,7 +178,7 @@ def build_base(task, cfg: WarmStartConfig, out: Path, log=print, command: str = 
     policy.save(out)
     (out / "report.json").write_text(json.dumps({"config": _settings(cfg), **report}, indent=2))
     (out / "build.json").write_text(json.dumps({
-        "fingerprint": fingerprint(task, cfg), "task": getattr(task, "name", type(task).__name__),
+        "fingerprint": fingerprint(task, cfg), "task": option(task, "name"),
         "task_fingerprint": task.base_fingerprint(), "warmstart": _settings(cfg), "version": WARMSTART_VERSION,
         "torch": torch.__version__, "seconds": round(time.time() - t0, 1), "command": command}, indent=2,
         default=str))
@@ -209,14 +210,14 @@ def supervised_warm_start(task, cfg: WarmStartConfig, log=print, on_step=None) -
     policy = new_policy(cfg, char_tokenizer(base_alphabet(task, cfg)))
     model = policy.model
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
-    if hasattr(task, "sft_rows"):  # a task read from files: every distinct row must fit the context
+    if declares(task, "sft_rows"):  # a task read from files: every distinct row must fit the context
         check_context(task, policy, cfg)
     examples = task.sft_examples(cfg.steps * cfg.batch_size, seed=10_000 + cfg.seed)
-    if not hasattr(task, "sft_rows"):  # an embedded task: its examples must fit too, before any step
+    if not declares(task, "sft_rows"):  # an embedded task: its examples must fit too, before any step
         check_context(task, policy, cfg, examples)
-    for line in getattr(task, "sft_notes", lambda: [])():  # e.g. where a file task's rows came from
+    for line in option(task, "sft_notes")():  # e.g. where a file task's rows came from
         log(f"warm start: {line}")
-    if getattr(task, "sft_group_by_length", False):  # a long-response task: little padding per batch
+    if option(task, "sft_group_by_length"):  # a long-response task: little padding per batch
         examples = group_by_length(examples, cfg.batch_size, np.random.default_rng(cfg.seed))
     t0 = time.time()
     model.train()
@@ -274,7 +275,7 @@ def check_context(task, policy: Policy, cfg: WarmStartConfig, examples: list | N
     i = next(i for i, n in enumerate(need) if n > cfg.block_size)
     text, resp, _ = rows[i]
     where = task.describe_sft(i) if examples is None else f"warm-start example {text!r} -> {resp!r}"
-    new = getattr(task, "max_new_tokens", 10)
+    new = option(task, "max_new_tokens") or 10  # the run's default when the task declares none
     prompts = max(len(policy.encode(p.text)) for p in [*task.train_pool(), *task.heldout()]) + new
     raise ValueError(f"{where}: prompt {len(policy.encode(text))} + response {len(policy.encode(resp))} + EOS = "
                      f"{need[i]} tokens, more than the base's context warmstart.block_size={cfg.block_size}; the "
@@ -310,8 +311,8 @@ def base_report(policy: Policy, task, max_new_tokens: int = 16) -> dict:
     from ..generate.torch_engine import TorchEngine
     from ..run.evaluate import evaluate
 
-    max_new_tokens = getattr(task, "max_new_tokens", max_new_tokens)
-    if hasattr(task, "sft_rows"):  # a task read from files: room for its longest response or answer
+    max_new_tokens = option(task, "max_new_tokens") or max_new_tokens
+    if declares(task, "sft_rows"):  # a task read from files: room for its longest response or answer
         max_new_tokens = max(len(policy.encode(r)) for r in
                              [resp for _, resp, _ in task.sft_rows()] + [p.answer for p in task.heldout()]) + 8
     scorer = Scorer(task.verify)
@@ -320,7 +321,7 @@ def base_report(policy: Policy, task, max_new_tokens: int = 16) -> dict:
     # Spread of per-prompt pass rates over the train pool (8 samples each): the share of prompts
     # whose GRPO group could be informative is what rollout efficiency works on.
     pool = task.train_pool()
-    cap = getattr(task, "report_pool_size", None)  # a large file: the statistics of a seeded sample
+    cap = option(task, "report_pool_size")  # a large file: the statistics of a seeded sample
     if cap is not None and len(pool) > cap:
         pool = [pool[i] for i in sorted(np.random.default_rng(0).choice(len(pool), cap, replace=False))]
     res = run_sync(engine(seed=1, max_new_tokens=max_new_tokens), [Request(p, 8, id=i) for i, p in enumerate(pool)])

@@ -21,6 +21,7 @@ from ..core import registry
 from ..core.history import PromptHistory
 from ..core.ledger import Ledger
 from ..core.staleness import ASYNC_MODES, StalenessPolicy
+from ..core.task import declares, option
 from ..learn.learner import Learner
 from ..policy.policy import Policy
 from ..policy.warmstart import base_checkpoint
@@ -66,7 +67,7 @@ def build_run(cfg: Config, log=print) -> Parts:
     torch.manual_seed(cfg.seed)
     task = registry.get("task", cfg.task).obj(**cfg.task_options)
     pool, heldout = task.train_pool(), task.heldout()
-    for note in getattr(task, "notes", lambda: [])():  # e.g. a file task's rows dropped, and why
+    for note in option(task, "notes")():  # e.g. a file task's rows dropped, and why
         log(f"task: {note}")
     if not pool:
         raise ValueError(f"task {cfg.task!r}: the train pool is empty")
@@ -78,7 +79,7 @@ def build_run(cfg: Config, log=print) -> Parts:
     model_path = cfg.model or base_checkpoint(task, cfg.warmstart, log=log)
     device = resolve_device(cfg.device)  # the learner and a torch engine run here (config.device)
     policy = load_policy(model_path).to(device)
-    if hasattr(task, "use_tokenizer"):  # a chat model's template (the file task): prompts change
+    if declares(task, "use_tokenizer"):  # a chat model's template (the file task): prompts change
         task.use_tokenizer(policy.tokenizer)
         pool, heldout = task.train_pool(), task.heldout()[: cfg.eval_size or None]
     try:
@@ -131,8 +132,8 @@ def check_prompts(task, pool, heldout, policy, cfg: Config) -> None:
     max_new_tokens to spare; for a task whose verifier compares the response with the answer
     (`answers_are_responses`, the file task) every answer can be written within max_new_tokens, unless a
     user reward judges instead. An error names the prompt (a file task: its file and row)."""
-    describe = getattr(task, "describe_prompt", None)
-    check_answers = getattr(task, "answers_are_responses", False) and not cfg.reward
+    describe = option(task, "describe_prompt")
+    check_answers = option(task, "answers_are_responses") and not cfg.reward
     unk = policy.unk_id
     for split, prompts in (("train", pool), ("held-out", heldout)):
         if not prompts:

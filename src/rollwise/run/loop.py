@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import random
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -362,7 +361,7 @@ class Trainer:
             "model": self.policy.model.state_dict(), "learner": self.learner.state_dict(),
             "engine": self.engine.state_dict() if engine_state is None else engine_state,
             "torch_rng": torch.get_rng_state(),
-            "numpy_rng": self.rng.bit_generator.state, "python_rng": random.getstate(),
+            "numpy_rng": self.rng.bit_generator.state,  # (no python `random` state: nothing draws from it)
             "planner": self.planner.state_dict(), "history": self.history.state_dict(),
             "ledger": self.ledger.state_dict(), "scorer_errors": self.scorer.errors,
             "scorer_scored": self.scorer.scored, "skipped_steps": self.guard.skipped, "skip_streak": self.skip_streak,
@@ -404,7 +403,6 @@ class Trainer:
                 self.engine.update_weights(self.policy.version)
             torch.set_rng_state(s["torch_rng"])
             self.rng.bit_generator.state = s["numpy_rng"]
-            random.setstate(s["python_rng"])
             self.planner.load_state_dict(s["planner"])
             self.history.load_state_dict(s["history"])
             self.ledger.load_state_dict(s["ledger"])

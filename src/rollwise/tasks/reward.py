@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..core import trust
-from ..core.types import Group, Rollout
+from ..core.types import Group
 
 RewardFn = Callable[[str, str], "float | Mapping[str, float]"]
 
@@ -163,10 +163,6 @@ class Scorer:
             for r in rollouts:
                 if r.reward_parts is None:
                     r.reward_parts = (0.0,) * len(self.part_names)
-
-    def score_one(self, r: Rollout, answer: str) -> None:
-        s = self.judge(r.text, answer)
-        r.reward, r.correct, r.reward_parts = s.reward, s.correct, s.parts
 
     def close(self) -> None:
         """Stop the worker process (a later call starts a fresh one)."""
