@@ -67,6 +67,11 @@ OPTIONAL: dict[str, OptionalAttr] = {
     "alphabet": OptionalAttr("", "alphabet() -> the data's characters, added to the tiny tokenizer's", method=True),
     "sft_rows": OptionalAttr(None, "sft_rows() -> every distinct warm-start row (a task read from files): each is "
                                "checked against the context before training", capability=True),
+    "sft_distinct": OptionalAttr(None, "sft_distinct() -> the distinct warm-start rows of a task that samples them "
+                                   "from a set (reasoning-gym): the small-family guard counts how many are train-pool "
+                                   "prompts", capability=True),
+    "sft_apart": OptionalAttr(None, "the option that keeps warm-start rows and the train pool apart, named by the "
+                                "small-family guard (e.g. 'task_options.sft_disjoint=true'); absent: none to offer"),
     "describe_sft": OptionalAttr(None, "describe_sft(index) -> where warm-start row `index` came from, for errors "
                                    "(with sft_rows)", capability=True),
     "sft_notes": OptionalAttr([], "lines the warm start logs (e.g. where the rows came from)", method=True),

@@ -344,7 +344,7 @@ def pool_overlap(task) -> tuple[int, int] | None:
     """(train-pool prompts whose text is a warm-start row, train-pool prompts), for a task whose warm-start
     rows are a set it can list (`sft_distinct()`, reasoning-gym; `sft_rows()`, a file task); None for a task
     that generates its warm-start examples afresh (the embedded ones)."""
-    rows = task.sft_distinct() if hasattr(task, "sft_distinct") else task.sft_rows() if hasattr(task, "sft_rows") \
+    rows = task.sft_distinct() if declares(task, "sft_distinct") else task.sft_rows() if declares(task, "sft_rows") \
         else None
     if rows is None:
         return None

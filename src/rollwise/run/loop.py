@@ -33,6 +33,7 @@ from tqdm import tqdm
 
 from ..control.base import StepContext
 from ..core.staleness import ASYNC_MODES
+from ..core.task import option
 from .config import Config, config_changes, RESUME_MAY_CHANGE
 from .evaluate import OUTCOMES, check_finite_weights, evaluate
 from . import resume, rundir
@@ -156,7 +157,7 @@ class Trainer:
             overlap = pool_overlap(self.task)
         except (ValueError, OSError):  # the rows could not be listed again: nothing to say
             return
-        line = memorised_pool(overlap, right, len(groups), getattr(self.task, "sft_apart", None))
+        line = memorised_pool(overlap, right, len(groups), option(self.task, "sft_apart"))
         if line:
             self.log(line)
 
