@@ -1,27 +1,13 @@
 """Deployment modes (sync, one-step-off, async) as a user and a plan name them, the wall-second budget, and
 the CPU-seconds clock beside the wall clock (issue 42, item 1)."""
 import pytest
-import torch
 
 from rollwise.core.staleness import StalenessPolicy
 from rollwise.run.config import load_config
 from rollwise.run.loop import Trainer
 from rollwise.run.records import TIMING
 
-from conftest import SMALL
-
-
-def _cfg(out, **kw):
-    return load_config(None, {**SMALL, "out": str(out), "eval_every": 2, "checkpoint_every": 2, **kw})
-
-
-def _run(c):
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # the async learner uses one thread; compare like with like
-    try:
-        return Trainer(c, log=lambda *a: None).run()
-    finally:
-        torch.set_num_threads(threads)
+from test_staleness import _async_cfg as _cfg, _run  # a small run's config; a run at one torch thread
 
 
 def _strip(rows):

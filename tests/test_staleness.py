@@ -65,12 +65,6 @@ def test_carried_rows_at_lag_s_resume_and_at_s_plus_1_or_2_are_dropped(S):
         [(0, True, True), (1, False, False), (2, False, False)]
 
 
-def test_removed_planner_attribute_names_its_replacement():
-    planner = build_planner("april", 4, make_ctx().rng, {"april": {"overprovision": 1.0}})
-    with pytest.raises(AttributeError, match="Planner.staleness"):
-        planner.max_staleness = 0
-
-
 def _lengths(table):
     return lambda pid, j: table[pid]
 
