@@ -145,13 +145,27 @@ def _dataclass_in(hint):
 
 
 def _field_path(cls, loc: tuple) -> tuple[list, Any, Any]:
-    """The part of pydantic's `loc` that names fields and items (a union member's tag is not one), the
-    dataclass that holds the last field named, and that field's plain annotation."""
+    """The part of pydantic's `loc` that names fields, keys and items, the dataclass that holds the last field
+    named, and the annotation of what the path names. A union member's tag (`SeedRange` in `list[int] |
+    SeedRange`) is not part of the path but says which dataclass the next field belongs to."""
     path, holder, hint, owner = [], cls, None, cls
     for part in loc:
+        origin, args = typing.get_origin(hint), typing.get_args(hint)
+        if origin is dict and len(args) == 2:  # a key of a mapping: the value's type next
+            path.append(part)
+            hint, owner = args[1], _dataclass_in(args[1])
+            continue
         if isinstance(part, int):
             path.append(part)
+            if origin in (list, tuple) and args:
+                hint = args[min(part, len(args) - 1)] if origin is tuple and args[-1] is not Ellipsis else args[0]
+                owner = _dataclass_in(hint)
             continue
+        if origin in (typing.Union, types.UnionType):  # a member's tag: `SeedRange`, `list[...]`
+            tagged = [a for a in args if part.startswith(getattr(typing.get_origin(a) or a, "__name__", "?"))]
+            if tagged:
+                hint, owner = tagged[0], _dataclass_in(tagged[0])
+                continue
         if owner is None or part not in {f.name for f in dataclasses.fields(owner)}:
             break
         holder, hint = owner, typing.get_type_hints(owner).get(part)
@@ -171,7 +185,9 @@ def one_line(err: ValidationError, cls, where: str, top=None) -> str:
     """pydantic's first error in rollwise's words. With a dataclass `cls`, `where` (a file) prefixes
     unknown-key and missing-field errors; without one (`check`), `where` is the option's own name and `top`
     its annotation."""
-    e = err.errors(include_url=False)[0]
+    errors = err.errors(include_url=False)
+    # the first field's error; of a union's, the deepest (the member whose shape the value has)
+    e = max((x for x in errors if x["loc"][:1] == errors[0]["loc"][:1]), key=lambda x: len(x["loc"]))
     kind, loc, value = e["type"], tuple(e["loc"]), e.get("input")
     if cls is None:
         path, holder, hint = [p for p in loc if isinstance(p, int)], None, top
@@ -183,7 +199,7 @@ def one_line(err: ValidationError, cls, where: str, top=None) -> str:
         parent, _, parent_hint = _field_path(cls, loc[:-1])
         owner = _dataclass_in(parent_hint) if parent else cls
         known = sorted(f.name for f in dataclasses.fields(owner) if f.init)
-        at = _dotted(where or "config", parent)
+        at = (where or "config") + (f": {_dotted('', parent)}" if parent else "")
         return f"{at}: unknown key {loc[-1]!r}; known keys: {', '.join(known)}"
     if kind in ("too_long", "too_short") or (kind == "missing" and path and isinstance(path[-1], int)):
         if kind == "missing":  # a fixed-length tuple's item: too few of them
