@@ -231,10 +231,9 @@ def parse_plan(text: str, where: str = "plan") -> Plan:
 
     doc = yaml_mapping(text, where, f"of plan fields ({', '.join(REQUIRED)})", PlanError)
     try:
-        f = schema.build(PlanFile, _without_nulls(doc), where)
+        f = schema.build(PlanFile, _without_nulls(doc), where, prefix=True)
     except ValueError as e:
-        message = str(e)
-        raise PlanError(message if message.startswith(f"{where}: ") else f"{where}: {message}") from None
+        raise PlanError(str(e)) from None
     try:
         registry.get("task", f.task)
     except ValueError as e:

@@ -16,6 +16,7 @@ Why pydantic and how it is set (the choice is written down in docs/architecture.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import types
 import typing
@@ -90,13 +91,22 @@ MEMORY_MB = Rule(lambda v: v == 0 or v >= 64, "0 (no limit) or >= 64")  # below 
 # ---- building a config from data -------------------------------------------------------------------
 
 
-def build(cls, data, where: str = ""):
+def build(cls, data, where: str = "", prefix: bool = False):
     """`cls` (a config dataclass) from a mapping, or ValueError with one line naming the first bad field:
-    "{where}: unknown key 'x'; known keys: ..." or "learner.lr must be a finite number > 0, got -1"."""
+    "{where}: unknown key 'x'; known keys: ..." or "learner.lr must be a finite number > 0, got -1". With
+    `prefix`, every message starts with `where` (a data file's errors name the file)."""
     try:
-        return TypeAdapter(cls).validate_python(data)
+        return _adapter(cls).validate_python(data)
     except ValidationError as e:
-        raise ValueError(one_line(e, cls, where)) from None
+        message = one_line(e, cls, where)
+        if prefix and not message.startswith(f"{where}: "):
+            message = f"{where}: {message}"
+        raise ValueError(message) from None
+
+
+@functools.lru_cache(maxsize=None)
+def _adapter(cls) -> TypeAdapter:
+    return TypeAdapter(cls)
 
 
 def check(hint, value, name: str):
