@@ -158,7 +158,7 @@ def _field_path(cls, loc: tuple) -> tuple[list, Any, Any]:
     """The part of pydantic's `loc` that names fields, keys and items, the dataclass that holds the last field
     named, and the annotation of what the path names. A union member's tag (`SeedRange` in `list[int] |
     SeedRange`) is not part of the path but says which dataclass the next field belongs to."""
-    path, holder, hint, owner = [], cls, None, cls
+    path, holder, hint, owner = [], cls, (None if dataclasses.is_dataclass(cls) else cls), _dataclass_in(cls)
     for part in loc:
         origin, args = typing.get_origin(hint), typing.get_args(hint)
         if origin is dict and len(args) == 2:  # a key of a mapping: the value's type next
