@@ -62,7 +62,7 @@ def test_shipped_profiles_load_and_a_bad_profile_is_one_line_naming_the_field(tm
         costs.load_profile("nope")
     with pytest.raises(ValueError, match="ratios.learner must be a mapping"):
         costs.parse_profile(PROFILE.replace("learner: {value: 3, source: b}", "learner: 3"))
-    with pytest.raises(ValueError, match="ratios.prefill.value must be a number >= 0"):
+    with pytest.raises(ValueError, match="ratios.prefill.value must be a finite number >= 0"):
         costs.parse_profile(PROFILE.replace("value: 0.5", "value: -1"))
     with pytest.raises(ValueError, match="missing field 'version'"):
         costs.parse_profile(PROFILE.replace("version: 1", ""))

@@ -77,8 +77,8 @@ def test_a_wall_clock_plan_caps_every_run_and_arms_may_set_the_mode(tmp_path):
 
 
 @pytest.mark.parametrize("new, message", [
-    ("wall_seconds: -1", "budget: wall_seconds must be >= 0"),
-    ("wall_secs: 600", "budget: unknown field 'wall_secs'"),
+    ("wall_seconds: -1", "budget.wall_seconds must be a finite number >= 0"),
+    ("wall_secs: 600", "budget: unknown key 'wall_secs'"),
 ])
 def test_bad_budget_fields_are_one_line(new, message):
     with pytest.raises(planmod.PlanError, match=message) as e:

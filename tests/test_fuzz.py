@@ -5,7 +5,7 @@ refused the way docs/robustness.md promises: one line on stderr starting `rollwi
 exit, no traceback, and nothing written into `--out`.
 
 What counts as invalid is decided here, independently of rollwise's own checks: a value whose type is not
-the field's annotation, a number outside the field's documented range (RANGES, which the error messages
+the field's annotation, a number outside the field's declared range (its `Rule`, whose words the error messages
 quote), an unknown option key, NaN for any option, a name no registry holds. The fields and components are
 walked from the config dataclasses and the registry at collection time, so a new field or component is
 fuzzed without editing this file.
@@ -35,7 +35,9 @@ from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E
 from rollwise.core import registry  # noqa: E402
 from rollwise.core.settings import settings as config_settings  # noqa: E402
 from rollwise.policy.warmstart import WarmStartConfig  # noqa: E402
-from rollwise.run.config import RANGES, Config  # noqa: E402
+from rollwise.run.config import Config, ranges  # noqa: E402
+
+RANGES = ranges()  # {dotted field: its declared Rule}
 
 FUZZ = settings(max_examples=2, deadline=None, derandomize=True, database=None,
                 suppress_health_check=list(HealthCheck))
@@ -135,7 +137,7 @@ def type_ok(value, hint) -> bool:
 def invalid_values(key: str, hint) -> st.SearchStrategy:
     """Values that must be refused for the field `key` of type `hint`: another type, a number outside its
     documented range, or (for a string field that names something) a name nothing has."""
-    test = RANGES.get(key, (None,))[0]
+    test = getattr(RANGES.get(key), "test", None)
 
     def invalid(v) -> bool:
         if not type_ok(v, hint):
@@ -330,7 +332,8 @@ def _range_cases():
 
     kinds = {"engine_options": "engine", "task_options": "task", "reward_shaping_options": "shaping"}
     cases = []
-    for key, (test, _) in OPTION_RANGES.items():
+    for key, rule in OPTION_RANGES.items():
+        test = rule.test
         where, opt = key.rsplit(".", 1)
         cases += [(k, n, o, h, where, test) for k, n, o, h in OPTION_CASES if k == kinds[where] and o == opt]
     return cases

@@ -93,9 +93,9 @@ def test_the_shipped_profile_loads_with_its_sources_and_assumptions():
 
 
 @pytest.mark.parametrize("values, msg", [
-    ({"gpus": {"value": float("nan")}}, "gpus must be a finite number"),
-    ({"nope": 1}, "unknown field 'nope'"),
-    ({"mfu_train": 1.5}, "at most 1"),
+    ({"gpus": {"value": float("nan")}}, "values.gpus.value must be a finite number"),
+    ({"nope": 1}, "unknown key 'nope'"),
+    ({"mfu_train": 1.5}, r"mfu_train must be a fraction of peak, in \(0, 1\]"),
     ({"gen_gpus": 32}, "exceeds gpus"),
 ])
 def test_a_bad_profile_is_one_line(values, msg):

@@ -20,9 +20,12 @@ guessing it.
 """
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Annotated
+
+from ..core import schema
+from ..core.schema import Float, Int, checked, finite
 
 PROFILE_DIR = Path(__file__).resolve().parent.parent / "assets" / "cost_profiles"
 # per-token prices a profile must give, and the count each one multiplies
@@ -83,33 +86,45 @@ def yaml_mapping(text: str, where: str, expected: str, error: type[ValueError] =
     return doc
 
 
+@checked
+@dataclass
+class Price:
+    value: Annotated[Float, finite(0)]  # per token, relative to one decode token = 1
+    source: str  # where the value comes from
+
+
+@checked
+@dataclass
+class Prices:  # one per key of RATIOS
+    decode: Price
+    prefill: Price
+    learner: Price
+    logprob: Price
+    scoring: Price
+    aux_head: Price
+
+
+@checked
+@dataclass
+class ProfileFile:
+    """A cost profile file's own fields; any other key is kept as the profile's `extra` record."""
+    name: str
+    version: Int
+    ratios: Prices
+    seconds_per_unit: Annotated[Float, finite(0, strict=True)] | None = None
+    description: str = ""
+    derivation: str = ""
+
+
 def parse_profile(text: str, where: str = "cost profile") -> CostProfile:
     doc = yaml_mapping(text, where, "with name, version and ratios")
-    for key, typ in (("name", str), ("version", int), ("ratios", dict)):
-        if key not in doc:
-            raise ValueError(f"{where}: missing field {key!r}")
-        if not isinstance(doc[key], typ) or isinstance(doc[key], bool):
-            raise ValueError(f"{where}: field {key!r} must be a {typ.__name__}, got {doc[key]!r}")
-    ratios, sources = {}, {}
-    for name in RATIOS:
-        entry = doc["ratios"].get(name)
-        if not isinstance(entry, dict) or "value" not in entry or "source" not in entry:
-            raise ValueError(f"{where}: ratios.{name} must be a mapping with 'value' and 'source'")
-        v = entry["value"]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-            raise ValueError(f"{where}: ratios.{name}.value must be a number >= 0, got {v!r}")
-        ratios[name], sources[name] = float(v), str(entry["source"])
-    unknown = set(doc["ratios"]) - set(RATIOS)
-    if unknown:
-        raise ValueError(f"{where}: unknown ratio {sorted(unknown)[0]!r}; expected {', '.join(RATIOS)}")
-    if ratios["decode"] != 1.0:
-        raise ValueError(f"{where}: ratios.decode.value must be 1 (the unit), got {ratios['decode']}")
-    spu = doc.get("seconds_per_unit")
-    if spu is not None and (isinstance(spu, bool) or not isinstance(spu, (int, float)) or spu <= 0):
-        raise ValueError(f"{where}: seconds_per_unit must be a number > 0, got {spu!r}")
-    known = {"name", "version", "ratios", "seconds_per_unit", "description", "derivation"}
-    return CostProfile(doc["name"], doc["version"], ratios, sources, None if spu is None else float(spu),
-                       str(doc.get("description", "")), str(doc.get("derivation", "")),
+    known = {f.name for f in fields(ProfileFile)}
+    p = schema.build(ProfileFile, {k: v for k, v in doc.items() if k in known}, where, prefix=True)
+    if p.ratios.decode.value != 1.0:
+        raise ValueError(f"{where}: ratios.decode.value must be 1 (the unit), got {p.ratios.decode.value}")
+    prices = {name: getattr(p.ratios, name) for name in RATIOS}
+    return CostProfile(p.name, p.version, {k: float(v.value) for k, v in prices.items()},
+                       {k: v.source for k, v in prices.items()}, p.seconds_per_unit, p.description, p.derivation,
                        {k: v for k, v in doc.items() if k not in known})
 
 

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated, Any
 
-from ..core import trust
+from ..core import schema, trust
+from ..core.schema import SEED, Float, Int, Rule, at_least, checked, finite, one_of
 from .runner import BenchConfig, safe_name
 
 KINDS = ("exploratory", "confirmatory")
@@ -32,8 +33,6 @@ KIND_SPLIT = {"exploratory": "validation", "confirmatory": "test"}  # tuning rea
 # run settings an arm may not override: they are what makes the arms comparable
 PLAN_KEYS = ("planner", "seed", "task", "steps", "budget_tokens", "budget_compute", "budget_seconds", "cost_profile", "eval_every",
              "eval_every_tokens", "eval_every_compute", "eval_size", "eval_k", "eval_samples")
-TOP_FIELDS = {"name", "kind", "task", "task_options", "data_seed", "baseline", "arms", "seeds", "budget", "evaluation", "family",
-              "decision", "chosen_from", "replication", "engine", "sim_profile", "pool_size", "notes"}
 REQUIRED = ("name", "kind", "task", "data_seed", "baseline", "arms", "seeds", "budget", "evaluation", "family",
             "decision")
 # Upper bounds on a plan's sizes, far above any real plan: a typo (count: 1000000000) is refused up front
@@ -109,30 +108,95 @@ class Plan:
 
 
 # ---------------------------------------------------------------------------------------------------
-# Reading a plan
+# Reading a plan: the file's shape (types, ranges, unknown keys) is declared here and checked by pydantic
+# (core/schema.py), then parse_plan checks what joins fields (the baseline is an arm, the family, the seeds
+# a confirmatory plan needs) and what needs the registry.
+
+NAME = Rule(lambda v: re.fullmatch(r"[A-Za-z0-9._-]+", v) is not None, "letters, digits, '.', '_' or '-'")
 
 
-def _need(doc: dict, key: str, typ, where: str, default=None, required: bool = True):
-    """doc[key] checked against typ (bool is never an int here), or the default when absent and optional."""
-    if key not in doc or doc[key] is None:
-        if required:
-            raise PlanError(f"{where}: missing field {key!r}")
-        return default
-    v = doc[key]
-    types = typ if isinstance(typ, tuple) else (typ,)
-    if isinstance(v, bool) and bool not in types or not isinstance(v, types):
-        names = " or ".join(t.__name__ for t in types)
-        raise PlanError(f"{where}: field {key!r} must be {names}, got {v!r}")
-    if isinstance(v, float) and not math.isfinite(v):  # `.nan`/`.inf`: no plan figure means anything by them
-        raise PlanError(f"{where}: field {key!r} must be a finite number, got {v!r}")
-    return v
+def _at_most(bound) -> Rule:
+    return Rule(lambda v: v <= bound, f"<= {bound:g}")
 
 
-def _bounded(v, name: str, where: str):
-    """v, or one line if it passes the plan's bound on `name` (MAX_SIZE)."""
-    if v > MAX_SIZE[name]:
-        raise PlanError(f"{where}: field {name.split('.')[-1]!r} must be <= {MAX_SIZE[name]:g}, got {v!r}")
-    return v
+@checked
+@dataclass
+class SeedRange:
+    start: Annotated[Int, at_least(0)]
+    count: Annotated[Int, Rule(lambda v: 1 <= v <= MAX_SEEDS, f"in 1..{MAX_SEEDS}")]
+
+
+@checked
+@dataclass
+class ArmFile:
+    planner: str
+    set: dict[str, Any] = field(default_factory=dict)  # config overrides, as `--set KEY=VALUE`
+    seed_offset: Annotated[Int, Rule(lambda v: abs(v) < 2 ** 62, "within ±2**62")] = 0
+    also_against: list[str] = field(default_factory=list)
+
+
+@checked
+@dataclass
+class BudgetFile:
+    compute_units: Annotated[Float, finite(0, strict=True), _at_most(MAX_SIZE["budget.compute_units"])]
+    tokens: Annotated[Int, at_least(1), _at_most(MAX_SIZE["budget.tokens"])]
+    profile: str
+    wall_seconds: Annotated[Float, finite(0, note="0: no wall-clock cap"), _at_most(MAX_SIZE["budget.wall_seconds"])] = 0.0
+
+
+@checked
+@dataclass
+class EvaluationFile:
+    primary: Annotated[str, one_of(*PRIMARY)]
+    split: Annotated[str, one_of(*SPLITS)] | None = None  # None: the kind's split (KIND_SPLIT)
+    size: Annotated[Int, at_least(1), _at_most(MAX_SIZE["evaluation.size"])] = 1000
+    evaluations: Annotated[Int, at_least(1), _at_most(MAX_SIZE["evaluation.evaluations"])] = 6
+    k: Annotated[Int, at_least(0), _at_most(MAX_SIZE["evaluation.k"])] = 0
+    samples: Annotated[Int, at_least(0), _at_most(MAX_SIZE["evaluation.samples"])] = 0
+
+
+@checked
+@dataclass
+class DecisionFile:
+    alpha: Annotated[Float, Rule(lambda v: 0 < v < 1, "in (0, 1)")]
+    goal_ratio: Annotated[Float, finite(0, strict=True)] = 3.0
+
+
+@checked
+@dataclass
+class PlanFile:
+    """A plan file, field by field (docs/bench3.md)."""
+    name: Annotated[str, NAME]
+    kind: Annotated[str, one_of(*KINDS)]
+    task: str
+    data_seed: Annotated[Int, SEED]
+    baseline: str
+    arms: dict[Annotated[str, NAME], ArmFile]
+    seeds: list[Int] | SeedRange
+    budget: BudgetFile
+    evaluation: EvaluationFile
+    family: list[str]
+    decision: DecisionFile
+    task_options: dict[str, Any] = field(default_factory=dict)
+    chosen_from: str | None = None
+    replication: str | None = None
+    engine: str = "torch"
+    sim_profile: str = "tiny"
+    pool_size: Annotated[Int, at_least(1), _at_most(MAX_SIZE["pool_size"])] = 300
+    notes: str | None = None
+
+
+def _without_nulls(doc: dict) -> dict:
+    """An empty YAML field (`chosen_from:`) is an absent one, at the top and in the plan's own sections (not
+    inside `set` or `task_options`, where null is a value)."""
+    out = {k: v for k, v in doc.items() if v is not None}
+    for key in ("budget", "evaluation", "decision"):
+        if isinstance(out.get(key), dict):
+            out[key] = {k: v for k, v in out[key].items() if v is not None}
+    if isinstance(out.get("arms"), dict):
+        out["arms"] = {a: ({k: v for k, v in arm.items() if v is not None} if isinstance(arm, dict) else arm)
+                       for a, arm in out["arms"].items()}
+    return out
 
 
 def _check_planner(spec: str, where: str) -> None:
@@ -147,19 +211,10 @@ def _check_planner(spec: str, where: str) -> None:
             raise PlanError(f"{where}: {e}") from None
 
 
-def _seeds(v, where: str) -> list[int]:
-    if isinstance(v, dict):
-        start = _need(v, "start", int, f"{where}.seeds")
-        count = _need(v, "count", int, f"{where}.seeds")
-        if not 1 <= count <= MAX_SEEDS:  # checked before the list is made: a count of 10^9 would hang here
-            raise PlanError(f"{where}: seeds.count must be in 1..{MAX_SEEDS}, got {count}")
-        seeds = list(range(start, start + count))
-    elif isinstance(v, list) and all(isinstance(s, int) and not isinstance(s, bool) for s in v):
-        seeds = list(v)
-        if len(seeds) > MAX_SEEDS:
-            raise PlanError(f"{where}: field 'seeds' lists {len(seeds)} seeds; at most {MAX_SEEDS}")
-    else:
-        raise PlanError(f"{where}: field 'seeds' must be a list of integers or {{start, count}}, got {v!r}")
+def _seeds(v: list[int] | SeedRange, where: str) -> list[int]:
+    seeds = list(range(v.start, v.start + v.count)) if isinstance(v, SeedRange) else list(v)
+    if len(seeds) > MAX_SEEDS:
+        raise PlanError(f"{where}: field 'seeds' lists {len(seeds)} seeds; at most {MAX_SEEDS}")
     if seeds and max(seeds) >= 2 ** 62:  # a run seed is < 2**63 (run/config.py), offsets included
         raise PlanError(f"{where}: field 'seeds' must be < 2**62, got {max(seeds)}")
     if not seeds or min(seeds) < 0 or len(set(seeds)) != len(seeds):
@@ -170,81 +225,50 @@ def _seeds(v, where: str) -> list[int]:
 def parse_plan(text: str, where: str = "plan") -> Plan:
     """A Plan from YAML text (yaml.safe_load: no code runs), every field checked; a bad plan raises
     PlanError with one line naming the file and the field."""
+    from ..core import registry
     from .costs import yaml_mapping
+    from .stats import EXACT_MAX_SEEDS, min_seeds_for_family
 
     doc = yaml_mapping(text, where, f"of plan fields ({', '.join(REQUIRED)})", PlanError)
-    unknown = sorted(set(doc) - TOP_FIELDS)
-    if unknown:
-        raise PlanError(f"{where}: unknown field {unknown[0]!r}; a plan has {', '.join(sorted(TOP_FIELDS))}")
-    for key in REQUIRED:
-        if key not in doc:
-            raise PlanError(f"{where}: missing field {key!r}")
-    name = _need(doc, "name", str, where)
-    if not re.fullmatch(r"[A-Za-z0-9._-]+", name):
-        raise PlanError(f"{where}: field 'name' must be letters, digits, '.', '_' or '-', got {name!r}")
-    kind = _need(doc, "kind", str, where)
-    if kind not in KINDS:
-        raise PlanError(f"{where}: field 'kind' must be one of {', '.join(KINDS)}, got {kind!r}")
-    task = _need(doc, "task", str, where)
-    from ..core import registry
-
     try:
-        registry.get("task", task)
+        f = schema.build(PlanFile, _without_nulls(doc), where, prefix=True)
+    except ValueError as e:
+        raise PlanError(str(e)) from None
+    try:
+        registry.get("task", f.task)
     except ValueError as e:
         raise PlanError(f"{where}: task: {e}") from None
-    options = _need(doc, "task_options", dict, where, {}, required=False)
-    if any(not isinstance(k, str) for k in options):
-        raise PlanError(f"{where}: task_options: keys must be option names (strings), got {options!r}")
     for key in ("data_seed", "split"):
-        if key in options:
+        if key in f.task_options:
             raise PlanError(f"{where}: task_options: {key!r} is set by the plan's own fields (data_seed, "
                             "evaluation.split), not in task_options")
-    data_seed = _need(doc, "data_seed", int, where)
-    if not 0 <= data_seed < 2 ** 63:
-        raise PlanError(f"{where}: field 'data_seed' must be in [0, 2**63), got {data_seed}")
-    arms_doc = _need(doc, "arms", dict, where)
-    if len(arms_doc) < 2:
+    if len(f.arms) < 2:
         raise PlanError(f"{where}: field 'arms' needs the baseline and at least one other arm")
     arms = {}
-    for arm_name, a in arms_doc.items():
+    for arm_name, a in f.arms.items():
         aw = f"{where}: arms.{arm_name}"
-        if not isinstance(arm_name, str) or not re.fullmatch(r"[A-Za-z0-9._-]+", arm_name):
-            raise PlanError(f"{where}: arm name {arm_name!r} must be letters, digits, '.', '_' or '-'")
-        if not isinstance(a, dict):
-            raise PlanError(f"{aw} must be a mapping with 'planner' (and optional 'set', 'seed_offset', 'also_against')")
-        bad = sorted(set(a) - {"planner", "set", "seed_offset", "also_against"})
-        if bad:
-            raise PlanError(f"{aw}: unknown field {bad[0]!r}; an arm has planner, set, seed_offset, also_against")
-        planner = _need(a, "planner", str, aw)
-        _check_planner(planner, aw)
-        settings = _need(a, "set", dict, aw, {}, required=False)
-        if any(not isinstance(k, str) for k in settings):
-            raise PlanError(f"{aw}: 'set' keys must be config keys (strings)")
+        _check_planner(a.planner, aw)
         try:  # code a run would import: the user's own only (core/trust.py), refused before anything is recorded
-            trust.check_settings(settings, f"{aw}: set")
+            trust.check_settings(a.set, f"{aw}: set")
         except ValueError as e:
             raise PlanError(str(e)) from None
-        for key in settings:
+        for key in a.set:
             if key in PLAN_KEYS:
                 raise PlanError(f"{aw}: set: {key!r} is the plan's to set (its budget, evaluation, seeds, task "
                                 "and data split are the same for every arm)")
             if key == "task_options" or key.startswith("task_options."):  # the task is the plan's, not an arm's
                 raise PlanError(f"{aw}: set: {key!r}: an arm may not change the task; task options go in the "
                                 "plan's top-level `task_options` block, the same for every arm")
-        offset = _need(a, "seed_offset", int, aw, 0, required=False)
-        if abs(offset) >= 2 ** 62:
-            raise PlanError(f"{aw}: seed_offset must be within ±2**62, got {offset}")
-        also = _need(a, "also_against", list, aw, [], required=False)
-        arms[arm_name] = Arm(arm_name, planner, dict(settings), offset, tuple(also))
-    baseline = _need(doc, "baseline", str, where)
+        arms[arm_name] = Arm(arm_name, a.planner, dict(a.set), a.seed_offset, tuple(a.also_against))
+    baseline = f.baseline
     if baseline not in arms:
         raise PlanError(f"{where}: baseline {baseline!r} is not among the arms ({', '.join(arms)})")
     for a in arms.values():
         for other in a.also_against:
-            if not isinstance(other, str) or other not in arms or other in (a.name, baseline):
+            if other not in arms or other in (a.name, baseline):
                 raise PlanError(f"{where}: arms.{a.name}: also_against {other!r} must be another arm, not the baseline "
                                 f"(arms: {', '.join(arms)})")
-    seeds = _seeds(doc["seeds"], where)
+    seeds = _seeds(f.seeds, where)
     runs = {}
     for a in arms.values():  # two arms on the same planner and seeds would be the same runs
         for s in seeds:
@@ -256,57 +280,24 @@ def parse_plan(text: str, where: str = "plan") -> Plan:
         if min(seeds) + a.seed_offset < 0:
             raise PlanError(f"{where}: arms.{a.name}: seed_offset makes a seed negative")
 
-    budget = _need(doc, "budget", dict, where)
-    bw = f"{where}: budget"
-    compute = _need(budget, "compute_units", (int, float), bw)
-    tokens = _need(budget, "tokens", int, bw)
-    profile = _need(budget, "profile", str, bw)
-    if compute <= 0 or tokens <= 0:
-        raise PlanError(f"{bw}: compute_units and tokens must be > 0")
-    bad = sorted(set(budget) - {"compute_units", "tokens", "profile", "wall_seconds"})
-    if bad:
-        raise PlanError(f"{bw}: unknown field {bad[0]!r}; budget has compute_units, tokens, profile, wall_seconds")
-    wall = _need(budget, "wall_seconds", (int, float), bw, 0.0, required=False)
-    if wall < 0:
-        raise PlanError(f"{bw}: wall_seconds must be >= 0 (0: no wall-clock cap), got {wall!r}")
-    _bounded(compute, "budget.compute_units", bw)
-    _bounded(tokens, "budget.tokens", bw)
-    _bounded(wall, "budget.wall_seconds", bw)
     from .costs import load_profile
 
     try:
-        load_profile(profile)
+        load_profile(f.budget.profile)
     except ValueError as e:
-        raise PlanError(f"{bw}: {e}") from None
+        raise PlanError(f"{where}: budget: {e}") from None
 
-    ev = _need(doc, "evaluation", dict, where)
-    ew = f"{where}: evaluation"
-    bad = sorted(set(ev) - {"split", "size", "evaluations", "k", "samples", "primary"})
-    if bad:
-        raise PlanError(f"{ew}: unknown field {bad[0]!r}; evaluation has split, size, evaluations, k, samples, primary")
-    split = _need(ev, "split", str, ew, KIND_SPLIT[kind], required=False)
-    if split not in SPLITS:
-        raise PlanError(f"{ew}: field 'split' must be one of {', '.join(SPLITS)}, got {split!r}")
-    primary = _need(ev, "primary", str, ew)
-    if primary not in PRIMARY:
-        raise PlanError(f"{ew}: field 'primary' must be one of {', '.join(PRIMARY)}, got {primary!r}")
-    eval_size = _need(ev, "size", int, ew, 1000, required=False)
-    evaluations = _need(ev, "evaluations", int, ew, 6, required=False)
-    k = _need(ev, "k", int, ew, 0, required=False)
-    samples = _need(ev, "samples", int, ew, 0, required=False)
-    if eval_size < 1 or evaluations < 1 or k < 0 or samples < 0:
-        raise PlanError(f"{ew}: size and evaluations must be >= 1, k and samples >= 0")
-    for field_name, v in (("size", eval_size), ("evaluations", evaluations), ("k", k), ("samples", samples)):
-        _bounded(v, f"evaluation.{field_name}", ew)
-    if primary == "pass@k" and k < 1:
+    ev, ew = f.evaluation, f"{where}: evaluation"
+    split = ev.split or KIND_SPLIT[f.kind]
+    if ev.primary == "pass@k" and ev.k < 1:
         raise PlanError(f"{ew}: primary pass@k needs k >= 1")
-    if primary == "sampled" and max(k, samples) < 1:
+    if ev.primary == "sampled" and max(ev.k, ev.samples) < 1:
         raise PlanError(f"{ew}: primary 'sampled' (the mean accuracy of samples at the training temperature) "
                         "needs samples >= 1")
-    if samples and samples < k:
+    if ev.samples and ev.samples < ev.k:
         raise PlanError(f"{ew}: samples must be >= k")
 
-    family = _need(doc, "family", list, where)
+    family = f.family
     for a in family:
         if a not in arms:
             raise PlanError(f"{where}: family member {a!r} is not among the arms ({', '.join(arms)})")
@@ -314,39 +305,26 @@ def parse_plan(text: str, where: str = "plan") -> Plan:
             raise PlanError(f"{where}: family member {a!r} is the baseline; the family holds the arms tested against it")
     if not family or len(set(family)) != len(family):
         raise PlanError(f"{where}: field 'family' must list distinct non-baseline arms, at least one")
-    dec = _need(doc, "decision", dict, where)
-    dw = f"{where}: decision"
-    alpha = _need(dec, "alpha", float, dw)
-    goal = _need(dec, "goal_ratio", (int, float), dw, 3.0, required=False)
-    if not 0 < alpha < 1 or goal <= 0:
-        raise PlanError(f"{dw}: alpha must be in (0, 1) and goal_ratio > 0")
-    chosen_from = _need(doc, "chosen_from", str, where, None, required=False)
-    from .stats import EXACT_MAX_SEEDS, min_seeds_for_family
-
-    if kind == "confirmatory" and not chosen_from:
+    alpha = f.decision.alpha
+    if f.kind == "confirmatory" and not f.chosen_from:
         raise PlanError(f"{where}: a confirmatory plan cites the validation results its choices come from "
                         "(field 'chosen_from')")
-
-    if kind == "confirmatory" and not min_seeds_for_family(len(family), alpha) <= len(seeds) <= EXACT_MAX_SEEDS:
+    if f.kind == "confirmatory" and not min_seeds_for_family(len(family), alpha) <= len(seeds) <= EXACT_MAX_SEEDS:
         raise PlanError(f"{where}: a confirmatory plan with a family of {len(family)} at alpha {alpha:g} needs "
                         f"{min_seeds_for_family(len(family), alpha)}..{EXACT_MAX_SEEDS} seeds (the exact sign-flip "
                         f"test's smallest p is 2/2^k), got {len(seeds)}")
-    if split != KIND_SPLIT[kind]:
-        raise PlanError(f"{where}: evaluation: a plan of kind {kind} reads the {KIND_SPLIT[kind]} split, not {split} "
-                        "(tuning and exploration read validation; reported figures read test)")
-    engine = _need(doc, "engine", str, where, "torch", required=False)
+    if split != KIND_SPLIT[f.kind]:
+        raise PlanError(f"{where}: evaluation: a plan of kind {f.kind} reads the {KIND_SPLIT[f.kind]} split, not "
+                        f"{split} (tuning and exploration read validation; reported figures read test)")
     try:
-        registry.get("engine", engine)
+        registry.get("engine", f.engine)
     except ValueError as e:
         raise PlanError(f"{where}: engine: {e}") from None
-    pool_size = _need(doc, "pool_size", int, where, 300, required=False)
-    if pool_size < 1:
-        raise PlanError(f"{where}: field 'pool_size' must be >= 1, got {pool_size}")
-    _bounded(pool_size, "pool_size", where)
-    return Plan(name, kind, task, data_seed, baseline, arms, seeds, float(compute), profile, tokens, split,
-                eval_size, evaluations, k, samples, primary, list(family), float(alpha), float(goal), chosen_from,
-                engine, _need(doc, "sim_profile", str, where, "tiny", required=False), pool_size, dict(options),
-                _need(doc, "replication", str, where, None, required=False), float(wall))
+    b = f.budget
+    return Plan(f.name, f.kind, f.task, f.data_seed, baseline, arms, seeds, float(b.compute_units), b.profile,
+                b.tokens, split, ev.size, ev.evaluations, ev.k, ev.samples, ev.primary, list(family), float(alpha),
+                float(f.decision.goal_ratio), f.chosen_from, f.engine, f.sim_profile, f.pool_size,
+                dict(f.task_options), f.replication, float(b.wall_seconds))
 
 
 def load_plan(path: str | Path) -> tuple[Plan, bytes]:

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import dataclasses
+import types
 import typing
 from dataclasses import MISSING
 from typing import Any, NamedTuple
@@ -29,6 +30,8 @@ def type_name(hint) -> str:
     """`int`, `str | None`, `dict`, `tuple[float, float]`: an annotation as a reader writes it."""
     if isinstance(hint, type) and not typing.get_args(hint):
         return hint.__name__
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):  # Annotated[int, ...] | None reads Optional[int]
+        return " | ".join("None" if a is type(None) else type_name(a) for a in typing.get_args(hint))
     return str(hint).replace("typing.", "").replace("NoneType", "None")
 
 

@@ -14,10 +14,12 @@ are moved to the policy's device once per update.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Annotated
 
 import torch
 
 from ..core import registry
+from ..core.schema import Bool, Float, Int, Pair, Rule, at_least, checked, finite, one_of
 from ..core.settings import setting
 from ..core.types import Batch
 from ..policy.lora import apply_lora
@@ -27,23 +29,24 @@ from .losses import KL_ESTIMATORS, AggTotals, LossInput, kl_penalty
 from .precision import autocast, check_precision
 
 
+@checked
 @dataclass
 class LearnerConfig:
-    lr: float = setting(1e-4, "AdamW learning rate")
-    weight_decay: float = setting(0.0, "AdamW weight decay")
-    betas: tuple[float, float] = setting((0.9, 0.999), "AdamW betas, two numbers in [0, 1)")
-    grad_clip: float = setting(1.0, "clip the gradient's global norm to this (inf: no clipping)")
-    minibatches: int = setting(2, "optimizer steps per rollout batch")
-    epochs: int = setting(1, "passes over the rollout batch")
-    micro_batch_rows: int = setting(128, "rows per forward/backward (memory only; results do not change)")
-    micro_batch_tokens: int | None = setting(None, "instead of micro_batch_rows: at most this many tokens per "
+    lr: Annotated[Float, finite(0, strict=True)] = setting(1e-4, "AdamW learning rate")
+    weight_decay: Annotated[Float, finite(0)] = setting(0.0, "AdamW weight decay")
+    betas: Annotated[Pair, Rule(lambda v: all(0 <= b < 1 for b in v), "two numbers in [0, 1)")] = setting((0.9, 0.999), "AdamW betas, two numbers in [0, 1)")
+    grad_clip: Annotated[Float, Rule(lambda v: v > 0, "> 0 (inf = no clipping)")] = setting(1.0, "clip the gradient's global norm to this (inf: no clipping)")
+    minibatches: Annotated[Int, at_least(1)] = setting(2, "optimizer steps per rollout batch")
+    epochs: Annotated[Int, at_least(1)] = setting(1, "passes over the rollout batch")
+    micro_batch_rows: Annotated[Int, at_least(1)] = setting(128, "rows per forward/backward (memory only; results do not change)")
+    micro_batch_tokens: Annotated[Int, at_least(1, "or unset: micro-batches by rows")] | None = setting(None, "instead of micro_batch_rows: at most this many tokens per "
                                                    "forward/backward, counted padded (rows x longest prompt + "
                                                    "response); a longer row goes alone (None: by rows)")
-    precision: str = setting("fp32", "fp32, or bf16: autocast forward passes over float32 weights, optimizer "
+    precision: Annotated[str, one_of("fp32", "bf16", words="fp32 or bf16")] = setting("fp32", "fp32, or bf16: autocast forward passes over float32 weights, optimizer "
                                      "state and log-prob/loss arithmetic (docs/gpu.md)")
     lora: dict = setting(help="LoRA through peft, adapter-only training of a Hugging Face model: {r: 16, alpha: 32, "
                               "dropout: 0.0, target_modules: all-linear} (empty: full fine-tuning)", factory=dict)
-    gradient_checkpointing: bool = setting(False, "recompute activations in the backward pass (Hugging Face "
+    gradient_checkpointing: Bool = setting(False, "recompute activations in the backward pass (Hugging Face "
                                                   "models): less memory, ~1/3 more learner compute")
     advantage: str = setting("grpo", "advantage estimator (`rollwise list`), e.g. grpo, rloo, mc-grpo")
     advantage_options: dict = setting(help="the estimator's options; \"tracker\": options of the estimator's "
@@ -58,16 +61,16 @@ class LearnerConfig:
                                      "(none: off)")
     recompose_options: dict = setting(help="the recomposer's options; \"advantage\"/\"advantage_options\" "
                                            "override the learner's estimator for it", factory=dict)
-    kl_coef: float = setting(0.0, "KL(pi_theta || pi_ref) penalty, aggregated like the loss; > 0 needs a "
+    kl_coef: Annotated[Float, finite(0)] = setting(0.0, "KL(pi_theta || pi_ref) penalty, aggregated like the loss; > 0 needs a "
                                   "reference policy")
     kl_estimator: str = setting("k3", "verl's kl_loss_type names: k1|kl, abs, k2|mse, k3|low_var_kl; a "
                                       "trailing + uses the k2 gradient")
     # Skip rows whose advantage is 0 everywhere: without a KL term they carry no gradient. They also
     # leave the denominators (token-mean counts only the rows kept). Ignored when kl_coef > 0, where
     # such a row still carries the KL gradient.
-    drop_zero_adv: bool = setting(True, "skip rows whose advantage is 0 everywhere (they carry no gradient "
+    drop_zero_adv: Bool = setting(True, "skip rows whose advantage is 0 everywhere (they carry no gradient "
                                         "without KL; ignored when kl_coef > 0)")
-    recompute_old: bool = setting(True, "pi_old from a fresh forward pass (false: the behaviour log-probs mu)")
+    recompute_old: Bool = setting(True, "pi_old from a fresh forward pass (false: the behaviour log-probs mu)")
 
 
 class Learner:

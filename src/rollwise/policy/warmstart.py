@@ -31,11 +31,13 @@ import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..core.schema import Float, Int, SEED, at_least, checked, finite, one_of
 from ..core.settings import setting
 from ..core.task import declares, option
 from ..tasks.reward import Scorer
@@ -53,22 +55,23 @@ WARMSTART_VERSION = 2  # bump when the recipe changes, so stale caches and shipp
 SHIPPED = Path(__file__).resolve().parent.parent / "assets" / "bases"
 
 
+@checked
 @dataclass
 class WarmStartConfig:
     # 600 steps: past the supervised jump (0.07 held-out at 250 steps, 0.58 at 500)
-    steps: int = setting(600, "supervised steps of the warm start that builds a base model")
-    batch_size: int = setting(64, "warm start: examples per step")
-    lr: float = setting(1e-3, "warm start: learning rate")
-    warmup: int = setting(50, "warm start: linear warm-up steps")
-    lr_decay: str = setting("constant", "warm start: the learning rate after warm-up, constant (the shipped "
+    steps: Annotated[Int, at_least(1)] = setting(600, "supervised steps of the warm start that builds a base model")
+    batch_size: Annotated[Int, at_least(1)] = setting(64, "warm start: examples per step")
+    lr: Annotated[Float, finite(0, strict=True)] = setting(1e-3, "warm start: learning rate")
+    warmup: Annotated[Int, at_least(1)] = setting(50, "warm start: linear warm-up steps")
+    lr_decay: Annotated[str, one_of(*LR_DECAYS)] = setting("constant", "warm start: the learning rate after warm-up, constant (the shipped "
                                         "bases) or cosine (a half cosine towards 0 at the last step)")
-    seed: int = setting(0, "warm start: seed of the initial weights and the example order")
-    arch: str = setting("tiny", "the base's architecture: tiny (rollwise's TinyGPT) or llama (a Hugging Face "
+    seed: Annotated[Int, SEED] = setting(0, "warm start: seed of the initial weights and the example order")
+    arch: Annotated[str, one_of(*ARCHS)] = setting("tiny", "the base's architecture: tiny (rollwise's TinyGPT) or llama (a Hugging Face "
                                 "LlamaForCausalLM over the same character tokenizer)")
-    n_layer: int | None = setting(None, "base model: layers (none: 4 for tiny, 6 for llama)")
-    n_head: int | None = setting(None, "base model: attention heads (none: 4 for tiny, 6 for llama)")
-    n_embd: int | None = setting(None, "base model: width, a multiple of n_head (none: 128 for tiny, 288 for llama)")
-    block_size: int = setting(64, "base model: context in tokens (prompt + response)")
+    n_layer: Annotated[Int, at_least(1)] | None = setting(None, "base model: layers (none: 4 for tiny, 6 for llama)")
+    n_head: Annotated[Int, at_least(1)] | None = setting(None, "base model: attention heads (none: 4 for tiny, 6 for llama)")
+    n_embd: Annotated[Int, at_least(1)] | None = setting(None, "base model: width, a multiple of n_head (none: 128 for tiny, 288 for llama)")
+    block_size: Annotated[Int, at_least(2)] = setting(64, "base model: context in tokens (prompt + response)")
     # a file task's base also gets every character of its rows
     extra_chars: str = setting("", "characters added to the character tokenizer's alphabet (e.g. ones the model "
                                    "should be able to write that the data lacks)")

@@ -9,20 +9,22 @@ import json
 import math
 import os
 import re
-import types
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated
 
 import yaml
 
-from ..core import yamlsafe
+from ..core import schema, yamlsafe
+from ..core.schema import MEMORY_MB, SEED, TIMEOUT, Float, Int, Rule, at_least, checked, finite, one_of
 from ..core.settings import setting
 from ..core.staleness import MODES
 from ..learn.learner import LearnerConfig
 from ..policy.warmstart import WarmStartConfig
 
 
+@checked
 @dataclass
 class Config:
     out: str = setting("runs/default", "run directory: metrics.jsonl, checkpoint.pt, config.json, model/")
@@ -33,55 +35,55 @@ class Config:
                                       "--options file`)", factory=dict)
     planner: str = setting("uniform", "planner spec: components joined by +, e.g. greso+ar3po")
     planner_options: dict = setting(help="{component name: {option: value}}", factory=dict)
-    steps: int = setting(150, "train steps (a budget may stop the run earlier)")
-    batch_size: int = setting(32, "prompts (groups) per train step")
-    n: int = setting(8, "samples per prompt unless the planner sizes groups itself")
-    temperature: float = setting(1.0, "sampling temperature")
-    top_p: float = setting(1.0, "nucleus sampling threshold, in (0, 1]")
-    max_new_tokens: int | None = setting(None, "response length limit (none: the task's default, else 10)")
+    steps: Annotated[Int, at_least(1)] = setting(150, "train steps (a budget may stop the run earlier)")
+    batch_size: Annotated[Int, at_least(1)] = setting(32, "prompts (groups) per train step")
+    n: Annotated[Int, at_least(1)] = setting(8, "samples per prompt unless the planner sizes groups itself")
+    temperature: Annotated[Float, finite(0)] = setting(1.0, "sampling temperature")
+    top_p: Annotated[Float, Rule(lambda v: 0 < v <= 1, "in (0, 1]")] = setting(1.0, "nucleus sampling threshold, in (0, 1]")
+    max_new_tokens: Annotated[Int, at_least(1)] | None = setting(None, "response length limit (none: the task's default, else 10)")
     engine: str = setting("torch", "a registered engine (torch, vllm) or 'module:Class'")
-    mode: str = setting("sync", "sync: one step at a time; async: rollout workers run ahead of the learner within "
+    mode: Annotated[str, one_of(*MODES, words=" or ".join(MODES))] = setting("sync", "sync: one step at a time; async: rollout workers run ahead of the learner within "
                                 "max_staleness; one-step-off: async with max_staleness 1 (the next step generates "
                                 "while this one trains)")
-    workers: int = setting(1, "async: rollout workers (Ray actors), each with its own engine and policy copy; "
+    workers: Int = setting(1, "async: rollout workers (Ray actors), each with its own engine and policy copy; "
                               "0: one worker in this process, without Ray")
-    max_staleness: int | None = setting(None, "the bound on a trained token's age in policy updates "
+    max_staleness: Annotated[Int, at_least(0, "or unset: 1 in async mode, no bound in sync")] | None = setting(None, "the bound on a trained token's age in policy updates "
                                               "(core/staleness.py): async mode always (1 when unset); the sync "
                                               "loop only when set (it then bounds resumed partial rows)")
     engine_options: dict = setting(help="extra keyword arguments for the engine", factory=dict)
     device: str = setting("cpu", "where the learner and the torch engine run: cpu, cuda, cuda:N, auto (cuda if "
                                  "available)")
-    seed: int = setting(0, "seed of every random stream of the run")
-    budget_tokens: int = setting(0, "stop once this many generated tokens are spent (0: no limit)")
-    budget_seconds: float = setting(0.0, "stop once this many wall seconds of training are spent (evaluations and "
+    seed: Annotated[Int, SEED] = setting(0, "seed of every random stream of the run")
+    budget_tokens: Annotated[Int, at_least(0, "0 = no limit")] = setting(0, "stop once this many generated tokens are spent (0: no limit)")
+    budget_seconds: Annotated[Float, finite(0, note="0 = no limit")] = setting(0.0, "stop once this many wall seconds of training are spent (evaluations and "
                                          "checkpoints excluded; 0: no limit). A run that ends on it is not a "
                                          "function of its seed: for wall-clock plans, not for resumable figures")
-    budget_compute: float = setting(0.0, "stop once this many compute units are spent under cost_profile: decode, "
+    budget_compute: Annotated[Float, finite(0, note="0 = no limit")] = setting(0.0, "stop once this many compute units are spent under cost_profile: decode, "
                                          "prefill and the learner's passes priced per token (0: no limit; "
                                          "run/budget.py)")
     cost_profile: str = setting("gpu-h100-v1", "the cost profile that prices compute units: a shipped name "
                                                "(gpu-h100-v1, cpu-epyc-v1) or a YAML file")
-    eval_every: int = setting(10, "steps between held-out evaluations (0: off unless eval_every_tokens is set)")
-    eval_every_tokens: int = setting(0, "also evaluate at the first step after each multiple of this many "
+    eval_every: Annotated[Int, at_least(0, "0 = off")] = setting(10, "steps between held-out evaluations (0: off unless eval_every_tokens is set)")
+    eval_every_tokens: Annotated[Int, at_least(0, "0 = off")] = setting(0, "also evaluate at the first step after each multiple of this many "
                                         "generated tokens (0: off)")
-    eval_every_compute: float = setting(0.0, "also evaluate at the first step after each multiple of this many "
+    eval_every_compute: Annotated[Float, finite(0, note="0 = off")] = setting(0.0, "also evaluate at the first step after each multiple of this many "
                                              "compute units (0: off)")
-    eval_size: int = setting(0, "held-out prompts per evaluation (0: all)")
-    eval_k: int = setting(0, "pass@k from max(eval_samples, eval_k) samples per held-out prompt (0: off)")
-    eval_samples: int = setting(0, "samples per held-out prompt at the training temperature (0: off): their mean "
+    eval_size: Annotated[Int, at_least(0, "0 = all")] = setting(0, "held-out prompts per evaluation (0: all)")
+    eval_k: Annotated[Int, at_least(0, "0 = off")] = setting(0, "pass@k from max(eval_samples, eval_k) samples per held-out prompt (0: off)")
+    eval_samples: Annotated[Int, at_least(0)] = setting(0, "samples per held-out prompt at the training temperature (0: off): their mean "
                                    "accuracy is eval_sampled_acc@N; pass@k is read from them (>= eval_k)")
-    checkpoint_every: int = setting(10, "steps between checkpoints")
+    checkpoint_every: Annotated[Int, at_least(1)] = setting(10, "steps between checkpoints")
     reward: str | None = setting(None, "user reward 'module:function', called as fn(response, answer), or 'math' "
                                        "(math-verify); none: the task's own check")
     reward_options: dict = setting(help="the built-in 'math' reward's: {extract: auto|boxed|####|number}",
                                    factory=dict)
-    reward_timeout_s: float = setting(5.0, "seconds one call of the reward worker (a group's rollouts) may take")
-    reward_memory_mb: int = setting(4096, "address-space limit of the reward worker process in MB (0: none)")
+    reward_timeout_s: Annotated[Float, TIMEOUT] = setting(5.0, "seconds one call of the reward worker (a group's rollouts) may take")
+    reward_memory_mb: Annotated[Int, MEMORY_MB] = setting(4096, "address-space limit of the reward worker process in MB (0: none)")
     reward_shaping: str | None = setting(None, "a registered shaping added to every scored reward, e.g. overlong")
     reward_shaping_options: dict = setting(help="the shaping's options", factory=dict)
     loggers: list[str] = setting(help="jsonl (always written), tensorboard, wandb",
                                  factory=lambda: ["jsonl"])
-    max_skipped_steps: int = setting(3, "stop once this many steps in a row had a non-finite loss or gradient")
+    max_skipped_steps: Annotated[Int, at_least(1)] = setting(3, "stop once this many steps in a row had a non-finite loss or gradient")
     learner: LearnerConfig = setting(help="the learner's settings", factory=LearnerConfig)
     # None: WarmStartConfig() with the task's `warmstart_defaults` on top (the keys a user sets win)
     warmstart: WarmStartConfig | None = setting(None, "the warm start that builds a base when no model is given "
@@ -96,7 +98,8 @@ class Config:
         if self.warmstart is None:
             self.warmstart = WarmStartConfig(**task_defaults(self.task)["warmstart"])
 
-    explicit: frozenset = frozenset()  # learner keys the user set (not written to config.json)
+    # learner keys the user set (not written to config.json; not a key a config file may set)
+    explicit: frozenset = field(default=frozenset(), init=False, repr=False)
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -116,23 +119,6 @@ def task_defaults(task: str) -> dict:
     obj = registry.get("task", task).obj
     return {"max_new_tokens": getattr(obj, "max_new_tokens", DEFAULT_MAX_NEW_TOKENS),
             "warmstart": dict(getattr(obj, "warmstart_defaults", None) or {})}
-
-
-def _build(cls, data: dict, where: str):
-    known = {f.name: f for f in dataclasses.fields(cls) if f.name != "explicit"}
-    kwargs = {}
-    for k, v in data.items():
-        if k not in known:
-            raise ValueError(f"{where}: unknown key {k!r}; known keys: {', '.join(sorted(known))}")
-        sub = {"learner": LearnerConfig, "warmstart": WarmStartConfig}.get(k) if cls is Config else None
-        if sub is WarmStartConfig and isinstance(v, dict):  # the task's defaults under the user's keys
-            v = {**task_defaults(data.get("task", Config.task))["warmstart"], **v}
-        if sub is not None and isinstance(v, dict):
-            v = _build(sub, v, f"{where}.{k}")
-        elif isinstance(v, list) and k == "betas":
-            v = tuple(v)
-        kwargs[k] = v
-    return cls(**kwargs)
 
 
 def load_config(path: str | Path | None = None, overrides: dict | None = None) -> Config:
@@ -156,7 +142,9 @@ def load_config(path: str | Path | None = None, overrides: dict | None = None) -
             if not isinstance(node, dict):
                 raise ValueError(f"{key}: {'.'.join(parts[:i + 1])} is {node!r}, not a mapping of fields")
         node[parts[-1]] = value
-    cfg = _build(Config, data, str(path) if path else "config")
+    if isinstance(data.get("warmstart"), dict):  # the task's warm-start defaults under the user's keys
+        data["warmstart"] = {**task_defaults(data.get("task", Config.task))["warmstart"], **data["warmstart"]}
+    cfg = schema.build(Config, data, str(path) if path else "config")
     learner = data.get("learner")  # the learner keys the user set (async picks a correction only if not)
     cfg.explicit = frozenset(learner) if isinstance(learner, dict) else frozenset()
     validate(cfg)
@@ -291,109 +279,46 @@ def check_imported_kinds(cfg: Config) -> None:
 
 # ---- types and ranges of every field ---------------------------------------------------------------
 
-
-def _finite_ge0(v):
-    return math.isfinite(v) and v >= 0
-
-
-def _finite_gt0(v):
-    return math.isfinite(v) and v > 0
-
-
-MAX_TIMEOUT_S = 86_400.0  # a day: any larger timeout is a typo, and 1e308 s overflows the OS's timers
-
-
-def _timeout(v):
-    return math.isfinite(v) and 0 < v <= MAX_TIMEOUT_S
-
-
-# field -> (test, the requirement in words); types come from the dataclasses' annotations
-RANGES: dict[str, tuple] = {
-    "steps": (lambda v: v >= 1, ">= 1"),
-    "batch_size": (lambda v: v >= 1, ">= 1"),
-    "n": (lambda v: v >= 1, ">= 1"),
-    "temperature": (_finite_ge0, "a finite number >= 0"),
-    "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"),
-    "max_new_tokens": (lambda v: v >= 1, ">= 1"),
-    "seed": (lambda v: 0 <= v < 2 ** 63, "in [0, 2**63)"),
-    "budget_tokens": (lambda v: v >= 0, ">= 0 (0 = no limit)"),
-    "budget_compute": (_finite_ge0, "a finite number >= 0 (0 = no limit)"),
-    "budget_seconds": (_finite_ge0, "a finite number >= 0 (0 = no limit)"),
-    "mode": (lambda v: v in MODES, " or ".join(MODES)),
-    "eval_every_compute": (_finite_ge0, "a finite number >= 0 (0 = off)"),
-    "eval_every": (lambda v: v >= 0, ">= 0 (0 = off)"),
-    "eval_every_tokens": (lambda v: v >= 0, ">= 0 (0 = off)"),
-    "eval_size": (lambda v: v >= 0, ">= 0 (0 = all)"),
-    "eval_k": (lambda v: v >= 0, ">= 0 (0 = off)"),
-    "eval_samples": (lambda v: v >= 0, ">= 0"),
-    "checkpoint_every": (lambda v: v >= 1, ">= 1"),
-    "max_staleness": (lambda v: v >= 0, ">= 0 (or unset: 1 in async mode, no bound in sync)"),
-    "reward_timeout_s": (_timeout, f"a number in (0, {MAX_TIMEOUT_S:g}] (seconds)"),
-    "reward_memory_mb": (lambda v: v == 0 or v >= 64, "0 (no limit) or >= 64"),
-    "max_skipped_steps": (lambda v: v >= 1, ">= 1"),
-    "learner.lr": (_finite_gt0, "a finite number > 0"),
-    "learner.weight_decay": (_finite_ge0, "a finite number >= 0"),
-    "learner.betas": (lambda v: len(v) == 2 and all(0 <= b < 1 for b in v), "two numbers in [0, 1)"),
-    "learner.grad_clip": (lambda v: v > 0, "> 0 (inf = no clipping)"),
-    "learner.minibatches": (lambda v: v >= 1, ">= 1"),
-    "learner.epochs": (lambda v: v >= 1, ">= 1"),
-    "learner.micro_batch_rows": (lambda v: v >= 1, ">= 1"),
-    "learner.micro_batch_tokens": (lambda v: v >= 1, ">= 1 (or unset: micro-batches by rows)"),
-    "learner.precision": (lambda v: v in ("fp32", "bf16"), "fp32 or bf16"),
-    "learner.kl_coef": (_finite_ge0, "a finite number >= 0"),
-    "warmstart.steps": (lambda v: v >= 1, ">= 1"),
-    "warmstart.batch_size": (lambda v: v >= 1, ">= 1"),
-    "warmstart.lr": (_finite_gt0, "a finite number > 0"),
-    "warmstart.warmup": (lambda v: v >= 1, ">= 1"),
-    "warmstart.seed": (lambda v: 0 <= v < 2 ** 63, "in [0, 2**63)"),
-    "warmstart.n_layer": (lambda v: v >= 1, ">= 1"),
-    "warmstart.n_head": (lambda v: v >= 1, ">= 1"),
-    "warmstart.n_embd": (lambda v: v >= 1, ">= 1"),
-    "warmstart.block_size": (lambda v: v >= 2, ">= 2"),
-}
-
+MAX_TIMEOUT_S = schema.MAX_TIMEOUT_S
 
 # `*_options` keys with a range, whichever component takes them (the type comes from its annotation);
 # each is checked at load, before any work: one line naming the option
-OPTION_RANGES: dict[str, tuple] = {
-    "engine_options.max_rows": (lambda v: v >= 1, ">= 1 (rows decoded at once)"),
-    "engine_options.prefix_kv_rows": (lambda v: v >= 0, ">= 0 (0 = off)"),
-    "task_options.pool_size": (lambda v: v >= 1, ">= 1"),
-    "task_options.verify_timeout_s": (_timeout, f"a number in (0, {MAX_TIMEOUT_S:g}] (seconds)"),
-    "task_options.verify_memory_mb": (lambda v: v == 0 or v >= 64, "0 (no limit) or >= 64"),
-    "task_options.timeout_s": (_timeout, f"a number in (0, {MAX_TIMEOUT_S:g}] (seconds)"),
+OPTION_RANGES: dict[str, Rule] = {
+    "engine_options.max_rows": at_least(1, "rows decoded at once"),
+    "engine_options.prefix_kv_rows": at_least(0, "0 = off"),
+    "task_options.pool_size": at_least(1),
+    "task_options.verify_timeout_s": TIMEOUT,
+    "task_options.verify_memory_mb": MEMORY_MB,
+    "task_options.timeout_s": TIMEOUT,
 }
+
+
+def ranges() -> dict[str, Rule]:
+    """{dotted field: its declared Rule} over Config, its learner and its warm start (core/schema.py)."""
+    return schema.rules(Config, nested={"warmstart": WarmStartConfig})
 
 
 def check_option_ranges(where: str, options: dict) -> None:
     for key, value in options.items() if isinstance(options, dict) else ():
-        test = OPTION_RANGES.get(f"{where}.{key}")
-        if test is not None and isinstance(value, (int, float)) and not isinstance(value, bool) \
-                and not test[0](value):
-            raise ValueError(f"{where}.{key} must be {test[1]}, got {value!r}")
+        rule = OPTION_RANGES.get(f"{where}.{key}")
+        if rule is not None and isinstance(value, (int, float)) and not isinstance(value, bool) \
+                and not rule.test(value):
+            raise ValueError(f"{where}.{key} must be {rule.words}, got {value!r}")
 
 
 def check_fields(cfg: Config) -> None:
-    """The type of every field (from its annotation; an integral float such as 4e4 for an integer field
-    becomes that integer) and the range of those in RANGES, each failure one error naming the field:
+    """The type and range of every field, declared in the dataclasses' annotations and checked by pydantic
+    (core/schema.py; an integral float such as 4e4 for an integer field becomes that integer), then the
+    rules that join fields or need the registry. Each failure is one error naming the field:
     `batch_size must be >= 1, got 0`."""
-    for name, cls in (("learner", LearnerConfig), ("warmstart", WarmStartConfig)):
-        if not isinstance(getattr(cfg, name), cls):
-            raise ValueError(f"{name} must be a mapping of its fields, got {getattr(cfg, name)!r}")
-    for obj, prefix in ((cfg, ""), (cfg.learner, "learner."), (cfg.warmstart, "warmstart.")):
-        hints = typing.get_type_hints(type(obj))
-        for f in dataclasses.fields(obj):
-            name, value = prefix + f.name, getattr(obj, f.name)
-            hint = hints.get(f.name)
-            if dataclasses.is_dataclass(hint):
-                if not isinstance(value, hint):
-                    raise ValueError(f"{name} must be a mapping of its fields, got {value!r}")
-                continue
-            value = conform(value, hint, name)
-            setattr(obj, f.name, value)
-            test = RANGES.get(name)
-            if test is not None and value is not None and not test[0](value):
-                raise ValueError(f"{name} must be {test[1]}, got {value!r}")
+    data = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.init}
+    for name in ("learner", "warmstart"):  # a config built in code: its parts as the file would give them
+        if dataclasses.is_dataclass(data[name]):
+            data[name] = dataclasses.asdict(data[name])
+    checked_cfg = schema.build(Config, data)
+    for f in dataclasses.fields(cfg):  # converted values (4e4 -> 40000) back into the caller's config
+        if f.init:
+            setattr(cfg, f.name, getattr(checked_cfg, f.name))
     if not cfg.out.strip():
         raise ValueError("out must name a directory, got an empty string (use --out DIR; '.' for the current one)")
     for name in ("model", "reward"):
@@ -452,58 +377,10 @@ def check_reward(cfg: Config) -> None:
         check_code("reward", cfg.reward, extra_path=[os.getcwd()])  # the user's own code, not shutil:rmtree
 
 
-def conform(value, hint, name: str):
-    """`value` checked against the type `hint` (int, float, bool, str, dict, list, tuple, unions with
-    None); returns it, an integral float for an int converted. Hints it does not know pass unchecked."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for a in (a for a in args if a is not type(None)):
-            try:
-                return conform(value, a, name)
-            except ValueError as e:
-                errors.append(str(e))
-        raise ValueError(errors[0] if len(errors) == 1 else f"{name} has the wrong type: got {value!r}")
-    if hint is bool:
-        if not isinstance(value, bool):
-            raise ValueError(f"{name} must be true or false, got {value!r}")
-        return value
-    if hint is int:
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"{name} must be an integer, got {value!r}")
-        return value
-    if hint is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"{name} must be a number, got {value!r}")
-        return value
-    if hint is str:
-        if not isinstance(value, str):
-            raise ValueError(f"{name} must be a string, got {value!r}")
-        return value
-    if hint is dict or origin is dict:
-        if not isinstance(value, dict):
-            raise ValueError(f"{name} must be a mapping, got {value!r}")
-        return value
-    if origin in (tuple, list) or hint in (tuple, list):
-        if not isinstance(value, (list, tuple)):
-            raise ValueError(f"{name} must be a list, got {value!r}")
-        if origin is tuple and args and args[-1] is not Ellipsis:  # tuple[float, float]: a fixed length
-            if len(value) != len(args):
-                raise ValueError(f"{name} must have {len(args)} items, got {value!r}")
-            return type(value)(conform(v, a, f"{name}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
-        if args:
-            return type(value)(conform(v, args[0], f"{name}[{i}]") for i, v in enumerate(value))
-        return value
-    return value
-
-
 def check_option_types(obj, options: dict, where: str) -> None:
     """Each option's value against the annotation of the parameter it sets (a component's constructor or
-    function), converted in place like check_fields does; parameters without a usable annotation pass."""
+    function), converted in place like check_fields does (core/schema.py); parameters without a usable
+    annotation pass."""
     if not isinstance(options, dict) or not options:
         return
     hints = {}
@@ -515,10 +392,9 @@ def check_option_types(obj, options: dict, where: str) -> None:
     for key, value in list(options.items()):
         if isinstance(value, float) and math.isnan(value):  # no option means anything by NaN
             raise ValueError(f"{where}.{key} must be a number, got nan")
-        # a mapping is checked too (`--set task_options.pool_size.x=1` makes pool_size {x: 1}); conform passes
-        # it where the parameter takes a mapping or a dataclass
+        # a mapping is checked too (`--set task_options.pool_size.x=1` makes pool_size {x: 1})
         if key in hints:
-            options[key] = conform(value, hints[key], f"{where}.{key}")
+            options[key] = schema.check(hints[key], value, f"{where}.{key}")
     check_option_ranges(where, options)
 
 

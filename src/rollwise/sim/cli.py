@@ -40,7 +40,8 @@ def add_sim_parser(sub) -> argparse.ArgumentParser:
 
 
 def build_config(args):
-    from ..run.config import conform, parse_sets
+    from ..core import schema
+    from ..run.config import parse_sets
     from .profiles import profile_configs
     from .runner import SimConfig
 
@@ -58,7 +59,7 @@ def build_config(args):
             raise ValueError(f"--set {key!r}: unknown key; expected population.KEY, dynamics.KEY or timing.KEY "
                              "with a known KEY")
         hint = typing.get_type_hints(type(target))[name]
-        value = conform(value, hint, f"--set {key}")
+        value = schema.check(hint, value, key)  # its type, as every config field (core/schema.py)
         if isinstance(value, float) and not math.isfinite(value):  # NaN spreads through every figure (not JSON)
             raise ValueError(f"{key} must be a finite number, got {value}")
         setattr(target, name, value)

@@ -6,75 +6,83 @@ gives says `assumption: true`, and reports show the figures' sensitivity to x0.5
 """
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
-from ..core import yamlsafe
+from pydantic import BeforeValidator
+
+from ..core import schema, yamlsafe
+from ..core.schema import Bool, Float, Int, Rule, at_least, checked, finite
 
 SHIPPED = Path(__file__).resolve().parents[1] / "assets" / "cluster_profiles"
 
 
+FRACTION = Rule(lambda v: 0 < v <= 1, "a fraction of peak, in (0, 1]")
+
+
+@checked
 @dataclass(frozen=True)
 class ClusterProfile:
     name: str
-    gpus: int                   # GPUs in the deployment
-    gen_gpus: int               # GPUs that generate when generation and training are split (async modes)
-    tp: int                     # GPUs per generation engine (tensor parallel)
-    peak_flops: float           # dense bf16 FLOP/s per GPU
-    mem_bw: float               # HBM bytes/s per GPU
-    params: float               # policy parameters N
-    weight_bytes: float         # bytes of weights read per decode iteration (N x 2 in bf16)
-    kv_bytes_per_token: float   # KV cache bytes per context token
-    mfu_decode: float           # fraction of peak reached by decode's matmuls when compute-bound
-    mfu_prefill: float
-    mfu_train: float
-    iter_overhead_s: float      # fixed cost of one decode iteration (scheduler, kernel launches)
-    concurrency: int            # max sequences decoded at once per engine
-    weight_sync_s: float        # trainer -> generator weight transfer per step
-    gen_len_mean: float         # mean response length of the deployment's workload (tokens)
-    assumptions: tuple = ()     # names of values no source gives
+    gpus: Annotated[Int, at_least(1)]                 # GPUs in the deployment
+    gen_gpus: Annotated[Int, at_least(1)]             # GPUs that generate when generation and training are split (async)
+    tp: Annotated[Int, at_least(1)]                   # GPUs per generation engine (tensor parallel)
+    peak_flops: Annotated[Float, finite(0, strict=True)]  # dense bf16 FLOP/s per GPU
+    mem_bw: Annotated[Float, finite(0, strict=True)]      # HBM bytes/s per GPU
+    params: Annotated[Float, finite(0, strict=True)]      # policy parameters N
+    weight_bytes: Annotated[Float, finite(0)]         # bytes of weights read per decode iteration (N x 2 in bf16)
+    kv_bytes_per_token: Annotated[Float, finite(0)]   # KV cache bytes per context token
+    mfu_decode: Annotated[Float, FRACTION]            # fraction of peak reached by decode's matmuls when compute-bound
+    mfu_prefill: Annotated[Float, FRACTION]
+    mfu_train: Annotated[Float, FRACTION]
+    iter_overhead_s: Annotated[Float, finite(0)]      # fixed cost of one decode iteration (scheduler, kernel launches)
+    concurrency: Annotated[Int, at_least(1)]          # max sequences decoded at once per engine
+    weight_sync_s: Annotated[Float, finite(0)]        # trainer -> generator weight transfer per step
+    gen_len_mean: Annotated[Float, finite(0)]         # mean response length of the deployment's workload (tokens)
+    assumptions: tuple[str, ...] = ()                 # names of values no source gives
 
     @property
     def engines(self) -> int:
         return max(1, self.gpus // self.tp)
 
 
-def _number(path, key, entry) -> float:
-    value = entry.get("value") if isinstance(entry, dict) else entry
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise ValueError(f"{path}: {key} must be a finite number >= 0, got {value!r}")
-    return value
+def _entry(v):
+    return {"value": v} if not isinstance(v, dict) else v  # a bare number is a value without a source
+
+
+@checked
+@dataclass
+class Entry:
+    value: Annotated[Float, finite(0)]
+    source: str = ""
+    assumption: Bool = False
+
+
+@checked
+@dataclass
+class ClusterFile:
+    """A cluster profile file: every value of ClusterProfile as {value, source[, assumption: true]}."""
+    values: dict[str, Annotated[Entry, BeforeValidator(_entry)]]
+    name: str | None = None
+    version: Int | None = None
 
 
 def profile_from_mapping(doc, path="cluster profile") -> ClusterProfile:
+    """A ClusterProfile from a profile file's mapping; one line naming the file and the field on any error
+    (core/schema.py checks the types and ranges declared above)."""
     if not isinstance(doc, dict):
-        raise ValueError(f"{path}: a cluster profile is a mapping of name: {{value, source}}")
-    names = {f.name for f in fields(ClusterProfile)} - {"name", "assumptions"}
-    values = doc.get("values")
-    if not isinstance(values, dict):
-        raise ValueError(f"{path}: needs a 'values' mapping ({', '.join(sorted(names))})")
-    unknown = sorted(set(values) - names)
-    if unknown:
-        raise ValueError(f"{path}: unknown field {unknown[0]!r} (known: {', '.join(sorted(names))})")
-    missing = sorted(names - set(values))
-    if missing:
-        raise ValueError(f"{path}: missing field {missing[0]!r}")
-    got = {k: _number(path, k, v) for k, v in values.items()}
-    for k in ("gpus", "gen_gpus", "tp", "concurrency"):
-        if got[k] < 1 or got[k] != int(got[k]):
-            raise ValueError(f"{path}: {k} must be a whole number >= 1, got {got[k]!r}")
-        got[k] = int(got[k])
-    for k in ("peak_flops", "mem_bw", "params", "mfu_decode", "mfu_prefill", "mfu_train"):
-        if got[k] <= 0:
-            raise ValueError(f"{path}: {k} must be > 0")
-    for k in ("mfu_decode", "mfu_prefill", "mfu_train"):
-        if got[k] > 1:
-            raise ValueError(f"{path}: {k} is a fraction of peak, at most 1, got {got[k]!r}")
-    if got["gen_gpus"] > got["gpus"]:
-        raise ValueError(f"{path}: gen_gpus ({got['gen_gpus']}) exceeds gpus ({got['gpus']})")
-    assumed = tuple(sorted(k for k, v in values.items() if isinstance(v, dict) and v.get("assumption")))
-    return ClusterProfile(name=str(doc.get("name", path)), assumptions=assumed, **got)
+        raise ValueError(f"{path}: a cluster profile is a mapping with 'values' of name: {{value, source}}")
+    f = schema.build(ClusterFile, doc, path, prefix=True)
+    for own in ("name", "assumptions"):
+        if own in f.values:
+            raise ValueError(f"{path}: values: {own!r} is not a value (the profile's name is a top-level field)")
+    assumed = tuple(sorted(k for k, e in f.values.items() if e.assumption))
+    p = schema.build(ClusterProfile, {"name": f.name or str(path), "assumptions": assumed,
+                                      **{k: e.value for k, e in f.values.items()}}, f"{path}: values", prefix=True)
+    if p.gen_gpus > p.gpus:
+        raise ValueError(f"{path}: gen_gpus ({p.gen_gpus}) exceeds gpus ({p.gpus})")
+    return p
 
 
 def load_profile(name_or_path: str) -> ClusterProfile:
