@@ -72,7 +72,7 @@ def test_budget_stops_the_run(tmp_path, small_policy):
 def test_config_errors_name_the_key(tmp_path):
     with pytest.raises(ValueError, match="unknown key 'stepz'"):
         load_config(None, {"stepz": 3})
-    with pytest.raises(ValueError, match="config.learner: unknown key 'lrr'"):
+    with pytest.raises(ValueError, match="config: learner: unknown key 'lrr'"):
         load_config(None, {"learner.lrr": 3})
     f = tmp_path / "c.yaml"
     f.write_text("steps: 7\nlearner:\n  lr: 0.001\n")

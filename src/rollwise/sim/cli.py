@@ -59,7 +59,7 @@ def build_config(args):
             raise ValueError(f"--set {key!r}: unknown key; expected population.KEY, dynamics.KEY or timing.KEY "
                              "with a known KEY")
         hint = typing.get_type_hints(type(target))[name]
-        value = schema.check(hint, value, key)  # its type, as every config field (core/schema.py)
+        value = schema.check(hint, value, f"--set {key}")  # its type, as every config field (core/schema.py)
         if isinstance(value, float) and not math.isfinite(value):  # NaN spreads through every figure (not JSON)
             raise ValueError(f"{key} must be a finite number, got {value}")
         setattr(target, name, value)
