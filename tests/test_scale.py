@@ -47,6 +47,32 @@ def test_gpu_seconds_are_the_step_time_models_times_the_gpus():
     assert scale.gpu_seconds(rows, p, 100.0, "one-step-off")[2] <= secs[2]
 
 
+def test_variant_two_keeps_each_rows_rank_and_the_steps_mean():
+    from statistics import NormalDist
+    z75 = NormalDist().inv_cdf(0.75)
+    # two rows, sigma with sigma * z(0.75) = ln 3: lognormal quantiles in the ratio 1 : 9, i.e. 0.2 and 1.8 x the mean
+    s = np.log(3) / z75
+    assert scale.longtail(np.array([9.0, 5.0]), s) == pytest.approx([12.6, 1.4])  # the longer row stays the longer
+    assert scale.longtail(np.array([7.0, 7.0]), s) == pytest.approx([1.4, 12.6])  # ties: row order
+    # three rows at quantiles 1/6, 1/2, 5/6, sigma * z(5/6) = ln 2: shape 1/2 : 1 : 2 (mean 7/6), step mean 20
+    s3 = np.log(2) / NormalDist().inv_cdf(5 / 6)
+    assert scale.longtail(np.array([30.0, 10.0, 20.0]), s3) == pytest.approx([240 / 7, 60 / 7, 120 / 7])
+    assert scale.longtail(np.array([4.0]), 1.0) == pytest.approx([4.0]) and scale.longtail(np.zeros(0), 1.0).size == 0
+
+
+def test_variant_two_in_a_runs_steps_keeps_the_steps_mean_and_spreads_its_rows():
+    rows = _rows([5, 10], n_rows=8)
+    v1 = scale.step_works(rows, factor=100.0)
+    v2 = scale.step_works(rows, factor=100.0, longtail_sigma=0.8)
+    for a, b in zip(v1, v2):
+        la, lb = a.rounds[0].lengths, b.rounds[0].lengths
+        assert lb.mean() == pytest.approx(la.mean(), abs=1.0) and la.std() == 0 and lb.std() > 0.5 * la.mean()
+        assert (np.diff(lb) > 0).all()  # equal rows: ranks by row order
+        assert b.trained_tokens == a.trained_tokens  # the learner's tokens are variant 1's
+    # a one-step-longer step stays the longer one under both variants: relative step lengths carry over
+    assert v2[1].rounds[0].lengths.mean() == pytest.approx(2 * v2[0].rounds[0].lengths.mean(), rel=0.01)
+
+
 def test_the_base_length_and_the_mode_of_a_run():
     assert scale.base_mean_length([_rows([4, 9]), _rows([6, 9])]) == 5.0
     assert scale.mode_of({"mode": "one-step-off"}) == "one-step-off" and scale.mode_of({}) == "sync"
@@ -67,8 +93,12 @@ def test_a_plan_report_reads_modelled_gpu_hours_when_rows_carry_lengths():
     g = clock.modelled(base, arm, [b["rows"] for b in base], [a["rows"] for a in arm], np.random.default_rng(0))
     assert g["profile"] == "h100x16-llama8b-v1" and g["factor"] == pytest.approx(2000 / 40)
     assert g["to_target"]["ratio"] > 1.2 and g["per_step"]["ratio"] > 1.2
+    lt = g["longtail"]  # variant 2, and its assumed sigma at x0.5 and x2: the half-length arm is cheaper in each
+    assert lt["sigma"] == scale.LONGTAIL_SIGMA and set(lt["sensitivity"]) == {"x0.5", "x2"}
+    assert lt["per_step"]["ratio"] > 1.2 and all(v["per_step"]["ratio"] > 1.2 for v in lt["sensitivity"].values())
     text = "\n".join(clock.markdown_lines({"arm": {"clock": None, "gpu_hours": g}}))
     assert "not available" in text  # no measured clock in these rows; the modelled figure needs none
+    assert "Second variant" in text and f"sigma = {scale.LONGTAIL_SIGMA:g}" in text
     old = [{k: v for k, v in r.items() if not k.startswith("len_")} for r in base[0]["rows"]]
     assert clock.modelled([{"rows": old, "config": {}}], arm[:1], [old], [arm[0]["rows"]],
                           np.random.default_rng(0)) is None

@@ -17,8 +17,21 @@ WAVE4's rule, one function for every arm of a comparison:
 The rows from quantiles [INF]: n lengths at ranks (i + 0.5) / n on the piecewise-linear quantile function
 through (0.5, p50), (0.9, p90), (1, max), and (0, lo) with lo chosen so that their mean is `len_mean` (clipped
 to [1, p50]).
+
+Variant 2 (WAVE4: "draw lengths from a published long-tail shape while keeping each row's rank within its
+step"), `longtail_sigma` set: each step's scaled rows keep their rank and their mean (so an arm's shorter or
+aborted rows, and its relative step lengths, carry over), and take the lengths of a lognormal at quantiles
+(rank + 0.5) / n, rescaled to that mean. The shape's source: reasoning-RL rollouts are long-tailed, a few
+responses far past the 75th percentile holding most of a step's time [READ: TLT, Hu et al. 2025,
+arXiv:2511.16665, Fig. 1-2 (ByteDance 32B trace; "maximum far exceeds the 75th percentile"); RollPacker,
+Gao et al. 2025, arXiv:2509.21009, Sec. 2 (rollout ~70% of step time, skewed lengths)]. The lognormal form
+and its sigma are [INF]: neither paper tabulates a fitted parameter, so LONGTAIL_SIGMA is an ASSUMPTION (the
+same 0.8 as the validation deployments in benchmarks/systems/), and reports show the figures at x0.5 and x2
+of it.
 """
 from __future__ import annotations
+
+from statistics import NormalDist
 
 import numpy as np
 
@@ -26,6 +39,7 @@ from .profile import ClusterProfile
 from .steptime import Round, StepWork, step_time
 
 LENGTH_FIELDS = ("len_mean", "len_p50", "len_p90", "len_max")
+LONGTAIL_SIGMA = 0.8  # ASSUMPTION (no source gives it; module docstring): the lognormal's sigma in variant 2
 
 
 def lengths_from_shape(n: int, mean: float, p50: float, p90: float, top: float) -> np.ndarray:
@@ -44,6 +58,20 @@ def lengths_from_shape(n: int, mean: float, p50: float, p90: float, top: float) 
     return at(float(np.clip(lo, min(1.0, p50), p50)))
 
 
+def longtail(lengths: np.ndarray, sigma: float) -> np.ndarray:
+    """Variant 2 on one step: the same rows, each keeping its rank (ties in row order) and the step keeping its
+    mean, at the lognormal(sigma) quantiles (rank + 0.5) / n. The lognormal's own mu cancels in the rescaling."""
+    L = np.asarray(lengths, float)
+    n = L.size
+    if n == 0 or sigma <= 0:
+        return L.copy()
+    z = np.array([NormalDist().inv_cdf((i + 0.5) / n) for i in range(n)])
+    shape = np.exp(sigma * (z - z.max()))  # shifted for overflow; the rescaling below removes the shift
+    out = np.empty(n)
+    out[np.argsort(L, kind="stable")] = shape * (L.mean() / shape.mean())
+    return out
+
+
 def has_lengths(rows: list[dict]) -> bool:
     return any(r.get("step", 0) > 0 for r in rows) and all(
         r.get(k) is not None for r in rows if r.get("step", 0) > 0 for k in LENGTH_FIELDS)
@@ -55,15 +83,17 @@ def base_mean_length(runs: list[list[dict]]) -> float:
     return float(np.mean(firsts))
 
 
-def step_works(rows: list[dict], factor: float) -> list[StepWork]:
-    """Each trained row's StepWork at the profile's scale (rows in step order)."""
+def step_works(rows: list[dict], factor: float, longtail_sigma: float | None = None) -> list[StepWork]:
+    """Each trained row's StepWork at the profile's scale (rows in step order); variant 2 when
+    `longtail_sigma` is given (module docstring)."""
     out, prev = [], {"rollouts": 0, "prompt_tokens": 0, "learner_tokens": 0}
     for r in rows:
         if r.get("step", 0) <= 0:
             continue
         n = int(r["rollouts"] - prev["rollouts"])
         groups = max(int(r.get("prompts") or 1), 1)
-        lengths = np.round(factor * lengths_from_shape(n, r["len_mean"], r["len_p50"], r["len_p90"], r["len_max"]))
+        lengths = factor * lengths_from_shape(n, r["len_mean"], r["len_p50"], r["len_p90"], r["len_max"])
+        lengths = np.round(lengths if longtail_sigma is None else longtail(lengths, longtail_sigma))
         prompt = factor * (r.get("prompt_tokens", 0) - prev["prompt_tokens"]) / groups
         trained = factor * (r.get("learner_tokens", 0) - prev["learner_tokens"])
         gid = np.arange(n) * groups // max(n, 1)  # rows of one group side by side
@@ -72,9 +102,10 @@ def step_works(rows: list[dict], factor: float) -> list[StepWork]:
     return out
 
 
-def gpu_seconds(rows: list[dict], profile: ClusterProfile, factor: float, mode: str) -> list[float]:
+def gpu_seconds(rows: list[dict], profile: ClusterProfile, factor: float, mode: str,
+                longtail_sigma: float | None = None) -> list[float]:
     """Cumulative modelled GPU-seconds at each row (step 0 at 0): every GPU of the deployment for the step."""
-    works = iter(step_works(rows, factor))
+    works = iter(step_works(rows, factor, longtail_sigma))
     total, out = 0.0, []
     for r in rows:
         if r.get("step", 0) > 0:
