@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from ..core import yamlsafe
 from .deployment import Deployment, Figure, load_deployment
 
 WITHIN = 0.25
@@ -47,16 +48,26 @@ def sensitivity(dep: Deployment, fig: Figure) -> tuple[float, float, str]:
     return lo, hi, worst
 
 
+def _is_profile(path: Path) -> bool:
+    try:
+        doc = yamlsafe.load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yamlsafe.yaml.YAMLError):
+        return False  # load_deployment says what is wrong with it
+    return isinstance(doc, dict) and "values" in doc and "profile" not in doc
+
+
 def rows(folder, with_sensitivity: bool = True) -> list[dict]:
     """Every published figure of every deployment file in `folder` (sorted by file name), with its prediction."""
     out = []
     for path in sorted(Path(folder).glob("*.yaml")):
+        if _is_profile(path):
+            continue  # a cluster profile kept beside the deployments that name it
         dep = load_deployment(path)
         if not isinstance(dep.published, list):
             continue
         for fig in dep.published:
-            pred = dep.predicted(fig)
-            err = fig.error(pred)
+            pred = float(dep.predicted(fig))
+            err = float(fig.error(pred))
             row = {"file": path.name, "figure": fig, "predicted": pred, "error": err, "within": abs(err) <= WITHIN}
             if with_sensitivity:
                 row["range"] = sensitivity(dep, fig)
