@@ -124,9 +124,12 @@ def modelled(base_runs: list[dict], arm_runs: list[dict], base_rows: list[list[d
     profile = load_profile(profile_name)
     factor = profile.gen_len_mean / scale.base_mean_length([r["rows"] for r in base_runs])
 
+    first = scale.base_lengths([r["rows"] for r in base_runs], factor)  # variant 2's knots, from the baseline
+
     def hours(run, rows, sigma):
+        lt = None if sigma is None else scale.longtail_map(first, sigma)
         return stats.with_x(rows, [s / 3600 for s in scale.gpu_seconds(
-            run["rows"], profile, factor, scale.mode_of(run.get("config") or {}), sigma)])
+            run["rows"], profile, factor, scale.mode_of(run.get("config") or {}), lt)])
 
     def figures(sigma):
         b = [hours(run, rows, sigma) for run, rows in zip(base_runs, base_rows)]
@@ -185,10 +188,11 @@ def markdown_lines(arms: dict) -> list[str]:
         lt = {a: g["longtail"] for a, g in gh.items() if g.get("longtail")}
         if lt:
             s0 = next(iter(lt.values()))["sigma"]
-            lines += ["", f"Second variant: each step's lengths redrawn from a published long-tail shape (a lognormal; TLT "
-                      f"and RollPacker report the long tail, neither gives its parameter, so sigma = {s0:g} is an "
-                      "assumption) with every row keeping its rank and the step its mean; beside it the point "
-                      "estimates at sigma x0.5 and x2.", "",
+            lines += ["", "Second variant: every length mapped onto a published long-tail shape by one monotone map, the "
+                      "same for every arm (the baseline's first-step lengths onto a lognormal of their mean; TLT and "
+                      f"RollPacker report the long tail, neither gives its parameter, so sigma = {s0:g} is an "
+                      "assumption), so every row keeps its rank; beside it the point estimates at sigma x0.5 and x2.",
+                      "",
                       "| arm | GPU-hours to target [95% CI] | GPU-seconds per step speed | to target at sigma x0.5 / x2 "
                       "| per step at sigma x0.5 / x2 |", "|---|---|---|---|---|"]
             for a, g in lt.items():
