@@ -109,3 +109,21 @@ def test_the_shipped_validation_table_is_one_command():
     # every file's figures, each with its source and how it was read; misses are shown, not dropped
     assert len(rows) >= 12 and all("(" in ln for ln in rows) and "**no**" in r.stdout
     assert any("verl_fully_async_qwen7b.yaml" in ln for ln in rows) and any("tlt_qwen7b.yaml" in ln for ln in rows)
+
+
+def test_docs_show_the_validation_tables_current_output():
+    """docs/systems.md shows `rollwise systems validate benchmarks/systems` as it prints today: a changed
+    profile, deployment or model must update the page (rerun the command and paste its output)."""
+    from pathlib import Path
+    table = validate.markdown(validate.rows("benchmarks/systems"))
+    assert table in Path("docs/systems.md").read_text(encoding="utf-8")
+
+
+def test_every_shipped_profile_loads_and_says_where_each_value_comes_from():
+    from rollwise.core import yamlsafe
+    from rollwise.systems.profile import SHIPPED, load_profile
+    for path in sorted(SHIPPED.glob("*.yaml")):
+        p = load_profile(path.stem)
+        assert p.name == path.stem and 1 <= p.gen_gpus <= p.gpus
+        values = yamlsafe.load(path.read_text(encoding="utf-8"))["values"]
+        assert all(isinstance(v, dict) and v.get("source", "").strip() for v in values.values()), path.name

@@ -6,12 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from .deployment import load_deployment
-from .steptime import step_time
 
 
-def sensitivity_table(profile, modes, work) -> str:
-    """Each assumed value at x0.5 and x2: every mode's step seconds and its speed-up over the first mode."""
+def sensitivity_table(dep, modes) -> str:
+    """Each assumed profile value at x0.5 and x2: every mode's step seconds and its speed-up over the first mode."""
     from dataclasses import replace
+    profile = dep.profile
     lines = [f"sensitivity (x0.5 / x2 of each assumed value): {' | '.join(modes)} step s, speed-up vs {modes[0]}"]
     for name in profile.assumptions:
         for factor in (0.5, 2.0):
@@ -22,7 +22,7 @@ def sensitivity_table(profile, modes, work) -> str:
             if name in ("gen_gpus", "tp") and (p.gen_gpus >= p.gpus or p.tp > p.gpus):
                 lines.append(f"  {name} x{factor:g}: not a valid split")
                 continue
-            steps = [step_time(p, work, m).step_s for m in modes]
+            steps = [dep.predict(m, p).step_s for m in modes]
             cells = " | ".join(f"{s:.1f} ({steps[0] / s:.2f}x)" for s in steps)
             lines.append(f"  {name} x{factor:g}: {cells}")
     return "\n".join(lines)
@@ -43,7 +43,7 @@ def cmd_predict(args) -> int:
     if profile.assumptions:
         print(f"assumed (no source): {', '.join(profile.assumptions)}")
         if args.sensitivity:
-            print(sensitivity_table(profile, [m for m in modes if not m.endswith("+drafts")], work))
+            print(sensitivity_table(dep, modes))
     if dep.assumed:
         print(f"assumed deployment inputs: {', '.join(dep.assumed)}")
     if isinstance(published, str):
