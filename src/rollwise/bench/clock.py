@@ -113,9 +113,11 @@ MODEL_PROFILE = "h100x16-llama8b-v1"  # Bench 4.0's cluster profile (assets/clus
 def modelled(base_runs: list[dict], arm_runs: list[dict], base_rows: list[list[dict]], arm_rows: list[list[dict]],
              rng: np.random.Generator, profile_name: str = MODEL_PROFILE) -> dict | None:
     """The same curves on modelled GPU-hours at the profile's scale (systems/scale.py: every row's work scaled
-    to the profile's response length, priced by the step-time model in the run's deployment mode). `*_runs`:
-    {rows, config} per seed; `*_rows`: their rows with the primary metric as eval_acc. None where a run's
-    rows carry no length shape (records before 2026-12-05)."""
+    to the profile's response length, priced by the step-time model in the run's deployment mode), in both of
+    WAVE4's variants: the task's shape scaled (top level) and a published long-tail shape with ranks kept
+    (`longtail`, with its assumed sigma at x0.5 and x2 under `sensitivity`). `*_runs`: {rows, config} per
+    seed; `*_rows`: their rows with the primary metric as eval_acc. None where a run's rows carry no length
+    shape (records before 2026-12-05)."""
     from ..systems import scale
     from ..systems.profile import load_profile
 
