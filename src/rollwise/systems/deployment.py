@@ -25,22 +25,21 @@ the step-time model against (issue 41 item 4; WAVE4: the model is callable on an
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
+from typing import Annotated, Any
 
 import numpy as np
 
-from ..core import yamlsafe
+from ..core import schema, yamlsafe
+from ..core.schema import SEED, Float, Int, Rule, at_least, checked, finite, one_of
 from .profile import ClusterProfile, load_profile
 from .steptime import MODES, Round, StepTime, StepWork, step_time
 
-FIELDS = {"profile", "overrides", "prompts", "n", "prompt_len", "lengths", "drafts", "modes", "keep_fraction",
-          "seed", "published", "assumed", "logprob_passes"}
 # the deployment inputs an `assumed` list may name (each varied at x0.5 and x2 by the validation table)
 INPUTS = ("prompts", "n", "prompt_len", "lengths.mean", "lengths.sigma", "lengths.max", "drafts.accepted_per_step",
           "drafts.k", "keep_fraction")
 QUANTITIES = ("speedup", "rollout_speedup", "step_s")
-FIGURE_FIELDS = {"figure", "quantity", "arm", "baseline", "value", "source", "read"}
 
 
 @dataclass
@@ -112,71 +111,95 @@ class Deployment:
         return b.step_s / t.step_s if fig.quantity == "speedup" else b.generation_s / t.generation_s
 
 
-def _positive(path, doc, key, default=None, whole=True):
-    v = doc.get(key, default)
-    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
-    if not ok or (whole and v != int(v)):
-        raise ValueError(f"{path}: {key} must be a {'whole ' if whole else ''}number > 0, got {v!r}")
-    return int(v) if whole else float(v)
+# ---- the file's shape, checked by core/schema.py like every config ------------------------------------
+
+POSITIVE = Annotated[Float, finite(0, strict=True)]
+ARM = Rule(lambda v: v.removesuffix("+drafts") in MODES, f"a mode ({', '.join(MODES)}), '+drafts' for drafts")
+TEXT = Rule(lambda v: bool(v.strip()), "text")
 
 
-def _mapping(path, doc, key) -> dict:
-    v = doc.get(key) or {}
-    if not isinstance(v, dict):
-        raise ValueError(f"{path}: {key} must be a mapping, got {v!r}")
-    return v
+@checked
+@dataclass
+class LengthsFile:
+    mean: POSITIVE | None = None  # None: the cluster profile's gen_len_mean
+    sigma: POSITIVE = 0.8
+    max: Annotated[Int, at_least(1)] = 32768
 
 
-def _arm(path, where, arm, drafts) -> str:
-    if not isinstance(arm, str) or arm.removesuffix("+drafts") not in MODES:
-        raise ValueError(f"{path}: {where} must be a mode ({', '.join(MODES)}), '+drafts' for drafts; got {arm!r}")
-    if arm.endswith("+drafts") and drafts is None:
-        raise ValueError(f"{path}: {where} {arm!r} needs the deployment's drafts (accepted_per_step, k)")
-    return arm
+@checked
+@dataclass
+class DraftsFile:
+    accepted_per_step: POSITIVE
+    k: Annotated[Int, at_least(1)]
 
 
-def _figure(path, i, doc, drafts) -> Figure:
-    where = f"published[{i}]"
-    if not isinstance(doc, dict):
-        raise ValueError(f"{path}: {where} must be a mapping ({', '.join(sorted(FIGURE_FIELDS))})")
-    unknown = sorted(set(doc) - FIGURE_FIELDS)
-    if unknown:
-        raise ValueError(f"{path}: {where} has an unknown field {unknown[0]!r} (known: {', '.join(sorted(FIGURE_FIELDS))})")
-    for k in ("figure", "source", "read"):
-        if not isinstance(doc.get(k), str) or not doc[k].strip():
-            raise ValueError(f"{path}: {where}.{k} must be text")
-    q = doc.get("quantity")
-    if q not in QUANTITIES:
-        raise ValueError(f"{path}: {where}.quantity must be one of {', '.join(QUANTITIES)}, got {q!r}")
-    arm = _arm(path, f"{where}.arm", doc.get("arm"), drafts)
-    base = None if q == "step_s" else _arm(path, f"{where}.baseline", doc.get("baseline"), drafts)
-    v = doc.get("value")
-    if isinstance(v, dict) and set(v) == {"at_least"}:
-        lo, hi = _positive(path, v, "at_least", whole=False), None
-    elif isinstance(v, list) and len(v) == 2:
-        lo, hi = (_positive(path, {"value": x}, "value", whole=False) for x in v)
+@checked
+@dataclass
+class AtLeast:
+    at_least: POSITIVE
+
+
+@checked
+@dataclass
+class FigureFile:
+    figure: Annotated[str, TEXT]
+    quantity: Annotated[str, one_of(*QUANTITIES)]
+    arm: Annotated[str, ARM]
+    value: POSITIVE | tuple[POSITIVE, POSITIVE] | AtLeast  # a number, [low, high], or {at_least: x}
+    source: Annotated[str, TEXT]
+    read: Annotated[str, TEXT]
+    baseline: Annotated[str, ARM] | None = None  # the ratios' denominator (not for step_s)
+
+
+@checked
+@dataclass
+class DeploymentFile:
+    profile: str
+    prompts: Annotated[Int, at_least(1)]
+    n: Annotated[Int, at_least(1)]
+    prompt_len: Annotated[Int, at_least(1)]
+    overrides: dict[str, Any] = field(default_factory=dict)  # checked as ClusterProfile values
+    lengths: LengthsFile = field(default_factory=LengthsFile)
+    drafts: DraftsFile | None = None
+    modes: Annotated[list[Annotated[str, ARM]], Rule(bool, "a non-empty list of modes")] = field(
+        default_factory=lambda: list(MODES))
+    keep_fraction: Annotated[Float, Rule(lambda v: 0 < v <= 1, "a share of the launched groups, in (0, 1]")] = 0.75
+    seed: Annotated[Int, SEED] = 0
+    logprob_passes: dict[Annotated[str, one_of(*MODES)], Annotated[Int, at_least(0)]] = field(default_factory=dict)
+    published: list[FigureFile] | str | None = None
+    assumed: list[Annotated[str, one_of(*INPUTS)]] = field(default_factory=list)
+
+
+def _figure(path, i, f: FigureFile, drafts) -> Figure:
+    where = f"{path}: published[{i}]"
+    for name in ("arm", "baseline"):
+        if str(getattr(f, name)).endswith("+drafts") and drafts is None:
+            raise ValueError(f"{where}.{name} {getattr(f, name)!r} needs the deployment's drafts (accepted_per_step, k)")
+    if f.quantity != "step_s" and f.baseline is None:
+        raise ValueError(f"{where}: a {f.quantity} needs a baseline (a mode)")
+    if isinstance(f.value, AtLeast):
+        lo, hi = f.value.at_least, None
+    elif isinstance(f.value, tuple):
+        lo, hi = f.value
         if hi < lo:
-            raise ValueError(f"{path}: {where}.value [low, high] has high < low")
+            raise ValueError(f"{where}.value [low, high] has high < low")
     else:
-        lo = hi = _positive(path, {"value": v}, "value", whole=False)
-    return Figure(doc["figure"], q, arm, base, lo, hi, doc["source"], doc["read"])
+        lo = hi = f.value
+    return Figure(f.figure, f.quantity, f.arm, None if f.quantity == "step_s" else f.baseline, lo, hi, f.source,
+                  f.read)
 
 
-def _profile(path, doc) -> ClusterProfile:
-    if not isinstance(doc.get("profile"), str):
-        raise ValueError(f"{path}: profile must name a cluster profile (a shipped name or a YAML path)")
-    prof = doc["profile"]
+def _profile(path, d: DeploymentFile) -> ClusterProfile:
+    prof = d.profile
     if prof.endswith(".yaml"):
         prof = str(Path(path).parent / prof)
     profile = load_profile(prof)
-    over = _mapping(path, doc, "overrides")
-    known = {f.name for f in fields(ClusterProfile)} - {"name", "assumptions"}
-    for k, v in over.items():
-        if k not in known:
-            raise ValueError(f"{path}: overrides: unknown profile field {k!r}")
-        whole = isinstance(getattr(profile, k), int)
-        over[k] = _positive(path, over, k, whole=whole)
-    profile = replace(profile, **over)
+    if not d.overrides:
+        return profile
+    for own in ("name", "assumptions"):
+        if own in d.overrides:
+            raise ValueError(f"{path}: overrides: {own!r} is not a profile value")
+    profile = schema.build(ClusterProfile, {**asdict(profile), **d.overrides}, f"{path}: overrides", prefix=True)
     if profile.gen_gpus > profile.gpus or profile.tp > profile.gpus:
         raise ValueError(f"{path}: overrides leave gen_gpus {profile.gen_gpus} / tp {profile.tp} past gpus {profile.gpus}")
     return profile
@@ -191,51 +214,28 @@ def load_deployment(path) -> Deployment:
     except yamlsafe.yaml.YAMLError as e:
         raise ValueError(f"{path}: not valid YAML ({' '.join(str(e).split())})") from None
     if not isinstance(doc, dict):
-        raise ValueError(f"{path}: a deployment is a mapping ({', '.join(sorted(FIELDS))})")
-    unknown = sorted(set(doc) - FIELDS)
-    if unknown:
-        raise ValueError(f"{path}: unknown field {unknown[0]!r} (known: {', '.join(sorted(FIELDS))})")
-    profile = _profile(path, doc)
-    G, n, P = (_positive(path, doc, k) for k in ("prompts", "n", "prompt_len"))
+        raise ValueError(f"{path}: a deployment is a mapping ({', '.join(f.name for f in fields(DeploymentFile))})")
+    d = schema.build(DeploymentFile, {k: v for k, v in doc.items() if v is not None}, str(path), prefix=True)
+    profile = _profile(path, d)
+    G, n, P = d.prompts, d.n, d.prompt_len
     if G * n > 10**7:
         raise ValueError(f"{path}: prompts x n = {G * n} rows is past the bound of 10^7")
-    lengths = _mapping(path, doc, "lengths")
-    mean = _positive(path, lengths, "mean", profile.gen_len_mean, whole=False)
-    sigma = _positive(path, lengths, "sigma", 0.8, whole=False)
-    cap = _positive(path, lengths, "max", 32768)
-    d = _mapping(path, doc, "drafts")
-    drafts = (_positive(path, d, "accepted_per_step", whole=False), _positive(path, d, "k")) if d else None
-    modes = doc.get("modes", list(MODES))
-    if not isinstance(modes, list) or not modes:
-        raise ValueError(f"{path}: modes must be a list of {', '.join(MODES)} ('+drafts' for drafts), got {modes!r}")
-    modes = [_arm(path, "modes", m, drafts) for m in modes]
-    keep = _positive(path, doc, "keep_fraction", 0.75, whole=False)
-    if keep > 1:
-        raise ValueError(f"{path}: keep_fraction is a share of the launched groups, at most 1")
-    seed = doc.get("seed", 0)
-    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-        raise ValueError(f"{path}: seed must be a whole number >= 0")
-    lp = _mapping(path, doc, "logprob_passes")
-    for m, v in lp.items():
-        if m not in MODES or isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise ValueError(f"{path}: logprob_passes maps a mode ({', '.join(MODES)}) to a whole number >= 0, "
-                             f"got {m!r}: {v!r}")
-    pub = doc.get("published")
-    if isinstance(pub, list):
-        pub = [_figure(path, i, f, drafts) for i, f in enumerate(pub)]
-    elif pub is not None and not isinstance(pub, str):
-        raise ValueError(f"{path}: published must be a list of figures or one line of text")
-    assumed = doc.get("assumed", [])
-    if not isinstance(assumed, list) or any(a not in INPUTS for a in assumed):
-        raise ValueError(f"{path}: assumed must list deployment inputs ({', '.join(INPUTS)}), got {assumed!r}")
-    if drafts is None and any(a.startswith("drafts.") for a in assumed):
+    drafts = (d.drafts.accepted_per_step, d.drafts.k) if d.drafts else None
+    for m in d.modes:
+        if m.endswith("+drafts") and drafts is None:
+            raise ValueError(f"{path}: modes: {m!r} needs the deployment's drafts (accepted_per_step, k)")
+    pub = [_figure(path, i, f, drafts) for i, f in enumerate(d.published)] if isinstance(d.published, list) \
+        else d.published
+    if drafts is None and any(a.startswith("drafts.") for a in d.assumed):
         raise ValueError(f"{path}: assumed names drafts, but the deployment has none")
-    inputs = {"prompts": G, "n": n, "prompt_len": P, "lengths.mean": mean, "lengths.sigma": sigma,
-              "lengths.max": cap, "keep_fraction": keep, "seed": seed}
+    L = d.lengths
+    inputs = {"prompts": G, "n": n, "prompt_len": P, "lengths.mean": L.mean or profile.gen_len_mean,
+              "lengths.sigma": L.sigma, "lengths.max": L.max, "keep_fraction": d.keep_fraction, "seed": d.seed}
     if drafts:
         inputs.update({"drafts.accepted_per_step": drafts[0], "drafts.k": drafts[1]})
     work, drafts = _build(inputs, drafts is not None)
-    return Deployment(str(path), profile, modes, work, drafts, pub, inputs, tuple(assumed), lp)
+    return Deployment(str(path), profile, list(d.modes), work, drafts, pub, inputs, tuple(d.assumed),
+                      dict(d.logprob_passes))
 
 
 def _build(inputs: dict, has_drafts: bool) -> tuple[StepWork, tuple[float, int] | None]:
