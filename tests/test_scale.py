@@ -47,6 +47,41 @@ def test_gpu_seconds_are_the_step_time_models_times_the_gpus():
     assert scale.gpu_seconds(rows, p, 100.0, "one-step-off")[2] <= secs[2]
 
 
+def test_variant_two_maps_lengths_onto_the_long_tail_by_one_monotone_map():
+    from statistics import NormalDist
+    # two baseline lengths 10 and 30, sigma with sigma * z(0.75) = ln 3: quantiles in the ratio 1 : 9,
+    # rescaled to the same mean 20 -> knots 10 -> 4, 30 -> 36
+    m = scale.longtail_map([30.0, 10.0], np.log(3) / NormalDist().inv_cdf(0.75))
+    assert m.x.tolist() == [10.0, 30.0] and m.y == pytest.approx([4.0, 36.0])
+    # between the knots linear, past them proportional (an arm's longer rows stay longer): 5 -> 2, 60 -> 72
+    assert m(np.array([10.0, 20.0, 30.0, 5.0, 60.0])) == pytest.approx([4.0, 20.0, 36.0, 2.0, 72.0])
+    # three knots at mid-ranks 1/6, 1/2, 5/6 with sigma * z(5/6) = ln 2: shape 1/2 : 1 : 2, mean 7/6 -> mean 20
+    m3 = scale.longtail_map([10.0, 20.0, 30.0], np.log(2) / NormalDist().inv_cdf(5 / 6))
+    assert m3.y == pytest.approx([60 / 7, 120 / 7, 240 / 7])
+    # ties share one knot with their quantiles averaged, so the map stays a function
+    tied = scale.longtail_map([5.0, 5.0], 1.0)
+    assert tied.x.tolist() == [5.0] and tied(np.array([5.0, 10.0])) == pytest.approx([5.0, 10.0])
+    with pytest.raises(ValueError, match="every one > 0"):
+        scale.longtail_map([0.0, 3.0], 1.0)
+
+
+def test_variant_two_keeps_every_rows_rank_within_its_step_and_the_same_map_for_every_arm():
+    rows = [{"step": 0}, {"step": 1, "rollouts": 8, "prompts": 2, "len_mean": 58.0, "len_p50": 40.0, "len_p90": 100.0,
+                          "len_max": 200.0, "prompt_tokens": 20, "learner_tokens": 600}]
+    first = scale.base_lengths([rows], factor=10.0)
+    assert first.tolist() == pytest.approx((10 * scale.lengths_from_shape(8, 58.0, 40.0, 100.0, 200.0)).tolist())
+    lt = scale.longtail_map(first, 0.8)
+    v1 = scale.step_works(rows, 10.0)[0].rounds[0].lengths
+    v2 = scale.step_works(rows, 10.0, lt)[0].rounds[0].lengths
+    assert (np.argsort(v2, kind="stable") == np.argsort(v1, kind="stable")).all()  # ranks kept
+    assert v2.mean() == pytest.approx(v1.mean(), rel=0.01)  # the baseline's own first step keeps its mean
+    assert v2.max() / v2.mean() > v1.max() / v1.mean()  # and takes the longer tail of the published shape
+    # an arm whose step is narrower (every row at the median) stays narrower under the same map
+    narrow = [rows[0], {**rows[1], "len_mean": 40.0, "len_p90": 40.0, "len_max": 40.0}]
+    n2 = scale.step_works(narrow, 10.0, lt)[0].rounds[0].lengths
+    assert n2.std() < v2.std() and n2.max() < v2.max()
+
+
 def test_the_base_length_and_the_mode_of_a_run():
     assert scale.base_mean_length([_rows([4, 9]), _rows([6, 9])]) == 5.0
     assert scale.mode_of({"mode": "one-step-off"}) == "one-step-off" and scale.mode_of({}) == "sync"
@@ -67,8 +102,12 @@ def test_a_plan_report_reads_modelled_gpu_hours_when_rows_carry_lengths():
     g = clock.modelled(base, arm, [b["rows"] for b in base], [a["rows"] for a in arm], np.random.default_rng(0))
     assert g["profile"] == "h100x16-llama8b-v1" and g["factor"] == pytest.approx(2000 / 40)
     assert g["to_target"]["ratio"] > 1.2 and g["per_step"]["ratio"] > 1.2
+    lt = g["longtail"]  # variant 2, and its assumed sigma at x0.5 and x2: the half-length arm is cheaper in each
+    assert lt["sigma"] == scale.LONGTAIL_SIGMA and set(lt["sensitivity"]) == {"x0.5", "x2"}
+    assert lt["per_step"]["ratio"] > 1.2 and all(v["per_step"]["ratio"] > 1.2 for v in lt["sensitivity"].values())
     text = "\n".join(clock.markdown_lines({"arm": {"clock": None, "gpu_hours": g}}))
     assert "not available" in text  # no measured clock in these rows; the modelled figure needs none
+    assert "Second variant" in text and f"sigma = {scale.LONGTAIL_SIGMA:g}" in text
     old = [{k: v for k, v in r.items() if not k.startswith("len_")} for r in base[0]["rows"]]
     assert clock.modelled([{"rows": old, "config": {}}], arm[:1], [old], [arm[0]["rows"]],
                           np.random.default_rng(0)) is None

@@ -113,9 +113,11 @@ MODEL_PROFILE = "h100x16-llama8b-v1"  # Bench 4.0's cluster profile (assets/clus
 def modelled(base_runs: list[dict], arm_runs: list[dict], base_rows: list[list[dict]], arm_rows: list[list[dict]],
              rng: np.random.Generator, profile_name: str = MODEL_PROFILE) -> dict | None:
     """The same curves on modelled GPU-hours at the profile's scale (systems/scale.py: every row's work scaled
-    to the profile's response length, priced by the step-time model in the run's deployment mode). `*_runs`:
-    {rows, config} per seed; `*_rows`: their rows with the primary metric as eval_acc. None where a run's
-    rows carry no length shape (records before 2026-12-05)."""
+    to the profile's response length, priced by the step-time model in the run's deployment mode), in both of
+    WAVE4's variants: the task's shape scaled (top level) and a published long-tail shape with ranks kept
+    (`longtail`, with its assumed sigma at x0.5 and x2 under `sensitivity`). `*_runs`: {rows, config} per
+    seed; `*_rows`: their rows with the primary metric as eval_acc. None where a run's rows carry no length
+    shape (records before 2026-12-05)."""
     from ..systems import scale
     from ..systems.profile import load_profile
 
@@ -124,40 +126,57 @@ def modelled(base_runs: list[dict], arm_runs: list[dict], base_rows: list[list[d
     profile = load_profile(profile_name)
     factor = profile.gen_len_mean / scale.base_mean_length([r["rows"] for r in base_runs])
 
-    def hours(run, rows):
-        return stats.with_x(rows, [s / 3600 for s in scale.gpu_seconds(run["rows"], profile, factor,
-                                                                           scale.mode_of(run.get("config") or {}))])
-    b = [hours(run, rows) for run, rows in zip(base_runs, base_rows)]
-    a = [hours(run, rows) for run, rows in zip(arm_runs, arm_rows)]
-    budget = max(float(r[-1]["tokens"]) for r in b + a)
-    return {"profile": profile.name, "factor": factor,
-            "to_target": stats.symmetric_time_to_target(b, a, budget, rng),
-            "per_step": median_paired_ratio([seconds_per_step(r, "tokens") for r in b],
-                                            [seconds_per_step(r, "tokens") for r in a], rng)}
+    first = scale.base_lengths([r["rows"] for r in base_runs], factor)  # variant 2's knots, from the baseline
+
+    def hours(run, rows, sigma):
+        lt = None if sigma is None else scale.longtail_map(first, sigma)
+        return stats.with_x(rows, [s / 3600 for s in scale.gpu_seconds(
+            run["rows"], profile, factor, scale.mode_of(run.get("config") or {}), lt)])
+
+    def figures(sigma):
+        b = [hours(run, rows, sigma) for run, rows in zip(base_runs, base_rows)]
+        a = [hours(run, rows, sigma) for run, rows in zip(arm_runs, arm_rows)]
+        budget = max(float(r[-1]["tokens"]) for r in b + a)
+        return {"to_target": stats.symmetric_time_to_target(b, a, budget, rng),
+                "per_step": median_paired_ratio([seconds_per_step(r, "tokens") for r in b],
+                                                [seconds_per_step(r, "tokens") for r in a], rng)}
+    # variant 1 first, so its figures keep their draws; then variant 2 (a published long-tail shape, ranks kept)
+    # at its assumed sigma and at x0.5 and x2 of it (WAVE4: an assumption's sensitivity is reported)
+    sigma = scale.LONGTAIL_SIGMA
+    out = {"profile": profile.name, "factor": factor, **figures(None)}
+    out["longtail"] = {"sigma": sigma, **figures(sigma),
+                       "sensitivity": {f"x{k:g}": figures(sigma * k) for k in (0.5, 2.0)}}
+    return out
+
+
+def _point(g: dict) -> str:
+    """A time-to-target ratio's point estimate alone, in ratio_text's words."""
+    return stats.ratio_text(g).split(" [")[0]
 
 
 def markdown_lines(arms: dict) -> list[str]:
     """The report's clock table, from each arm's `clock` entry (None: no clock fields in its records)."""
     have = {a: d["clock"] for a, d in arms.items() if d.get("clock")}
-    if not have:
-        return ["", "Clock figures: not available (these runs predate `cpu_s` in the metrics rows)."] \
-            if any("clock" in d for d in arms.values()) else []
 
     def per_step(g):
         return f"{g['ratio']:.2f}× [{g['lo']:.2f}×, {g['hi']:.2f}×]"
-    lines = ["", "On the clock (measured on this machine; training time, evaluations and checkpoints excluded). "
-             "Time to target as above, read in seconds; speed is the baseline's seconds per step over the arm's, "
-             "median of paired seeds. Wall seconds depend on the machine's load; CPU seconds count every thread of "
-             "the run's process and of its Ray workers' processes.", "",
-             "| arm | wall-clock to target [95% CI] | CPU-seconds to target [95% CI] | steps to target [95% CI] "
-             "| wall s/step speed | CPU s/step speed | Δ accuracy at the budget [95% CI] | within ±0.01 |",
-             "|---|---|---|---|---|---|---|---|"]
-    for a, c in have.items():
-        eq = arms[a].get("equivalence")
-        eq_text = f"{eq['diff']:+.4f} [{eq['lo']:+.4f}, {eq['hi']:+.4f}] | {equivalence_word(eq)}" if eq else "— | —"
-        lines.append(f"| {a} | {stats.ratio_text(c['wall_s']['to_target'])} | "
-                     f"{stats.ratio_text(c['cpu_s']['to_target'])} | {stats.ratio_text(c['steps'])} | "
-                     f"{per_step(c['wall_s']['per_step'])} | {per_step(c['cpu_s']['per_step'])} | {eq_text} |")
+    # the modelled figures need no clock fields: a report without them still shows its GPU-hours
+    lines = ["", "Clock figures: not available (these runs predate `cpu_s` in the metrics rows)."] \
+        if any("clock" in d for d in arms.values()) else []
+    if have:
+        lines = ["", "On the clock (measured on this machine; training time, evaluations and checkpoints excluded). "
+                 "Time to target as above, read in seconds; speed is the baseline's seconds per step over the arm's, "
+                 "median of paired seeds. Wall seconds depend on the machine's load; CPU seconds count every thread of "
+                 "the run's process and of its Ray workers' processes.", "",
+                 "| arm | wall-clock to target [95% CI] | CPU-seconds to target [95% CI] | steps to target [95% CI] "
+                 "| wall s/step speed | CPU s/step speed | Δ accuracy at the budget [95% CI] | within ±0.01 |",
+                 "|---|---|---|---|---|---|---|---|"]
+        for a, c in have.items():
+            eq = arms[a].get("equivalence")
+            eq_text = f"{eq['diff']:+.4f} [{eq['lo']:+.4f}, {eq['hi']:+.4f}] | {equivalence_word(eq)}" if eq else "— | —"
+            lines.append(f"| {a} | {stats.ratio_text(c['wall_s']['to_target'])} | "
+                         f"{stats.ratio_text(c['cpu_s']['to_target'])} | {stats.ratio_text(c['steps'])} | "
+                         f"{per_step(c['wall_s']['per_step'])} | {per_step(c['cpu_s']['per_step'])} | {eq_text} |")
     gh = {a: d["gpu_hours"] for a, d in arms.items() if d.get("gpu_hours")}
     if gh:
         g0 = next(iter(gh.values()))
@@ -168,4 +187,19 @@ def markdown_lines(arms: dict) -> list[str]:
                   "| arm | GPU-hours to target [95% CI] | GPU-seconds per step speed |", "|---|---|---|"]
         for a, g in gh.items():
             lines.append(f"| {a} | {stats.ratio_text(g['to_target'])} | {per_step(g['per_step'])} |")
+        lt = {a: g["longtail"] for a, g in gh.items() if g.get("longtail")}
+        if lt:
+            s0 = next(iter(lt.values()))["sigma"]
+            lines += ["", "Second variant: every length mapped onto a published long-tail shape by one monotone map, the "
+                      "same for every arm (the baseline's first-step lengths onto a lognormal of their mean; TLT and "
+                      f"RollPacker report the long tail, neither gives its parameter, so sigma = {s0:g} is an "
+                      "assumption), so every row keeps its rank; beside it the point estimates at sigma x0.5 and x2.",
+                      "",
+                      "| arm | GPU-hours to target [95% CI] | GPU-seconds per step speed | to target at sigma x0.5 / x2 "
+                      "| per step at sigma x0.5 / x2 |", "|---|---|---|---|---|"]
+            for a, g in lt.items():
+                sens = g["sensitivity"]
+                lines.append(f"| {a} | {stats.ratio_text(g['to_target'])} | {per_step(g['per_step'])} | "
+                             f"{_point(sens['x0.5']['to_target'])} / {_point(sens['x2']['to_target'])} | "
+                             f"{sens['x0.5']['per_step']['ratio']:.2f}× / {sens['x2']['per_step']['ratio']:.2f}× |")
     return lines

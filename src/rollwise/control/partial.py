@@ -68,13 +68,10 @@ class CarryStore:
         return out
 
     def state_dict(self) -> list:
-        return [{"prompt": {"id": g.prompt.id, "text": g.prompt.text, "answer": g.prompt.answer,
-                            "level": g.prompt.level}, "rollouts": [r.to_state() for r in g.rollouts]}
+        return [{"prompt": _prompt_state(g.prompt), "rollouts": [r.to_state() for r in g.rollouts]}
                 for g in self.groups]
 
     def load_state_dict(self, s: list) -> None:
-        from ..core.types import Prompt
-
         self.groups = [Group(Prompt(**e["prompt"]), [Rollout.from_state(r) for r in e["rollouts"]]) for e in s]
         for g in self.groups:  # restored rows keep what the checkpoint knew: carried
             for r in g.rollouts:
@@ -138,8 +135,6 @@ class PartialRollouts(CarryStore):
         return {"groups": groups, "queue": [[_prompt_state(p), n] for p, n in self.queue]}
 
     def load_state_dict(self, s) -> None:
-        from ..core.types import Prompt
-
         if isinstance(s, dict):
             self.queue = [(Prompt(**p), int(n)) for p, n in s["queue"]]
             s = s["groups"]
@@ -225,7 +220,8 @@ class PartialRollouts(CarryStore):
         return (yield from planner._more(list(ctx.groups.values()), ctx))
 
 
-def _prompt_state(p) -> dict:
+def _prompt_state(p: Prompt) -> dict:
+    """A prompt as a checkpoint holds it (Prompt(**state) rebuilds it)."""
     return {"id": p.id, "text": p.text, "answer": p.answer, "level": p.level}
 
 

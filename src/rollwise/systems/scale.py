@@ -17,8 +17,25 @@ WAVE4's rule, one function for every arm of a comparison:
 The rows from quantiles [INF]: n lengths at ranks (i + 0.5) / n on the piecewise-linear quantile function
 through (0.5, p50), (0.9, p90), (1, max), and (0, lo) with lo chosen so that their mean is `len_mean` (clipped
 to [1, p50]).
+
+Variant 2 (WAVE4: "draw lengths from a published long-tail shape while keeping each row's rank within its
+step"): one monotone map, the same for every arm of a plan, from the task's scaled lengths onto a published
+long-tail shape. Its knots: the baseline's rows at its first trained step (every seed, rebuilt as above and x
+factor), sorted, paired with a lognormal's quantiles at the same mid-ranks (i + 0.5) / m, rescaled to the same
+mean. Between knots it interpolates; past the last (or below the first) it is proportional, so an arm's longer
+rows stay longer. Being monotone it keeps every row's rank within its step, and an arm's relative effects
+(shorter steps, aborted rows, a tail-batching round's narrower spread, long rounds) carry over. The shape's
+source: reasoning-RL rollouts are long-tailed, a few responses far past the 75th percentile holding most of a
+step's time [READ: TLT, Hu et al. 2025, arXiv:2511.16665, Fig. 1-2 (ByteDance 32B trace; "maximum far exceeds
+the 75th percentile"); RollPacker, Gao et al. 2025, arXiv:2509.21009, Sec. 2 (rollout ~70% of step time,
+skewed lengths)]. The lognormal form and its sigma are [INF]: neither paper tabulates a fitted parameter, so
+LONGTAIL_SIGMA is an ASSUMPTION (the same 0.8 as the validation deployments in benchmarks/systems/), and
+reports show the figures at x0.5 and x2 of it.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 
@@ -26,6 +43,7 @@ from .profile import ClusterProfile
 from .steptime import Round, StepWork, step_time
 
 LENGTH_FIELDS = ("len_mean", "len_p50", "len_p90", "len_max")
+LONGTAIL_SIGMA = 0.8  # ASSUMPTION (no source gives it; module docstring): the lognormal's sigma in variant 2
 
 
 def lengths_from_shape(n: int, mean: float, p50: float, p90: float, top: float) -> np.ndarray:
@@ -44,6 +62,46 @@ def lengths_from_shape(n: int, mean: float, p50: float, p90: float, top: float) 
     return at(float(np.clip(lo, min(1.0, p50), p50)))
 
 
+@dataclass(frozen=True)
+class LongTailMap:
+    """Variant 2's map (module docstring): knots x (the baseline's first-step lengths, ascending, distinct) ->
+    y (the lognormal quantiles at their mid-ranks, the same mean)."""
+    x: np.ndarray
+    y: np.ndarray
+
+    def __call__(self, lengths) -> np.ndarray:
+        L = np.asarray(lengths, float)
+        out = np.interp(L, self.x, self.y)
+        out = np.where(L < self.x[0], L * self.y[0] / self.x[0], out)
+        return np.where(L > self.x[-1], L * self.y[-1] / self.x[-1], out)
+
+
+def longtail_map(base_lengths, sigma: float) -> LongTailMap:
+    """The map from pooled baseline lengths (> 0) onto a lognormal(sigma) of their mean; ties share one knot
+    (their quantiles averaged), so the map stays a function."""
+    x = np.sort(np.asarray(base_lengths, float))
+    m = x.size
+    if m == 0 or x[0] <= 0:
+        raise ValueError("the long-tail map needs the baseline's first-step lengths, every one > 0")
+    z = np.array([NormalDist().inv_cdf((i + 0.5) / m) for i in range(m)])
+    y = np.exp(sigma * (z - z.max()))  # shifted for overflow; the rescaling removes the shift
+    y *= x.mean() / y.mean()
+    ux, inv = np.unique(x, return_inverse=True)
+    uy = np.bincount(inv, weights=y) / np.bincount(inv)
+    return LongTailMap(ux, uy)
+
+
+def base_lengths(runs: list[list[dict]], factor: float) -> np.ndarray:
+    """The baseline's rows at its first trained step, every seed, rebuilt from their shape and x factor."""
+    out = []
+    for rows in runs:
+        r = min((r for r in rows if r.get("step", 0) > 0), key=lambda r: r["step"])
+        before = max((x.get("rollouts", 0) for x in rows if x.get("step", 0) < r["step"]), default=0)
+        out.append(factor * lengths_from_shape(int(r["rollouts"] - before), r["len_mean"], r["len_p50"],
+                                               r["len_p90"], r["len_max"]))
+    return np.maximum(np.concatenate(out), 1.0)
+
+
 def has_lengths(rows: list[dict]) -> bool:
     return any(r.get("step", 0) > 0 for r in rows) and all(
         r.get(k) is not None for r in rows if r.get("step", 0) > 0 for k in LENGTH_FIELDS)
@@ -55,15 +113,17 @@ def base_mean_length(runs: list[list[dict]]) -> float:
     return float(np.mean(firsts))
 
 
-def step_works(rows: list[dict], factor: float) -> list[StepWork]:
-    """Each trained row's StepWork at the profile's scale (rows in step order)."""
+def step_works(rows: list[dict], factor: float, longtail: LongTailMap | None = None) -> list[StepWork]:
+    """Each trained row's StepWork at the profile's scale (rows in step order); variant 2 when `longtail` is
+    given (module docstring)."""
     out, prev = [], {"rollouts": 0, "prompt_tokens": 0, "learner_tokens": 0}
     for r in rows:
         if r.get("step", 0) <= 0:
             continue
         n = int(r["rollouts"] - prev["rollouts"])
         groups = max(int(r.get("prompts") or 1), 1)
-        lengths = np.round(factor * lengths_from_shape(n, r["len_mean"], r["len_p50"], r["len_p90"], r["len_max"]))
+        lengths = factor * lengths_from_shape(n, r["len_mean"], r["len_p50"], r["len_p90"], r["len_max"])
+        lengths = np.round(lengths if longtail is None else longtail(lengths))
         prompt = factor * (r.get("prompt_tokens", 0) - prev["prompt_tokens"]) / groups
         trained = factor * (r.get("learner_tokens", 0) - prev["learner_tokens"])
         gid = np.arange(n) * groups // max(n, 1)  # rows of one group side by side
@@ -72,9 +132,10 @@ def step_works(rows: list[dict], factor: float) -> list[StepWork]:
     return out
 
 
-def gpu_seconds(rows: list[dict], profile: ClusterProfile, factor: float, mode: str) -> list[float]:
+def gpu_seconds(rows: list[dict], profile: ClusterProfile, factor: float, mode: str,
+                longtail: LongTailMap | None = None) -> list[float]:
     """Cumulative modelled GPU-seconds at each row (step 0 at 0): every GPU of the deployment for the step."""
-    works = iter(step_works(rows, factor))
+    works = iter(step_works(rows, factor, longtail))
     total, out = 0.0, []
     for r in rows:
         if r.get("step", 0) > 0:
