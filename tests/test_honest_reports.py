@@ -80,3 +80,27 @@ def test_the_plan_report_counts_the_prompts_its_runs_evaluated():
             "b": [{"outcomes": None}]}
     assert plan_report.heldout_counts(runs) == [101]
     assert plan_report._prompts({"prompts": [101]}) == "101 held-out prompts per evaluation (counted from the runs)"
+
+
+@pytest.mark.parametrize("decide_on, p_holm, two_way, expected", [
+    ("seeds", 0.01, {"diff": 0.02, "lo": -0.001, "hi": 0.04}, "higher"),  # Bench 3.0: the sign-flip test alone
+    ("two-way", 0.01, {"diff": 0.02, "lo": -0.001, "hi": 0.04}, "no difference shown"),  # prompts disagree
+    ("two-way", 0.01, {"diff": 0.02, "lo": 0.005, "hi": 0.04}, "higher"),
+    ("two-way", 0.01, {"diff": -0.02, "lo": -0.04, "hi": -0.005}, "lower"),
+    ("two-way", 0.20, {"diff": 0.02, "lo": 0.005, "hi": 0.04}, "no difference shown"),  # Holm still decides too
+    ("two-way", 0.01, None, "none: the plan decides on the two-way interval, and these runs have no per-prompt outcomes"),
+])
+def test_a_plan_can_decide_on_the_two_way_interval(decide_on, p_holm, two_way, expected):
+    """issue 47 item 2: `decision.interval: two-way` makes the interval over prompts and seeds decide beside Holm."""
+    text = PLAN.replace("decision: {alpha: 0.05", f"decision: {{interval: {decide_on}, alpha: 0.05")
+    plan = planmod.parse_plan(text)
+    assert plan.decide_on == decide_on
+    diff = two_way["diff"] if two_way else 0.02
+    d = {"seeds_paired": 8, "primary": {"diff": diff}, "primary_two_way": two_way}
+    assert plan_report.verdict(d, p_holm, plan, fewest=7) == expected
+    assert plan_report.verdict({**d, "seeds_paired": 6}, p_holm, plan, fewest=7) == "none: 6 seeds decide nothing"
+
+
+def test_the_decision_interval_is_one_of_two_words():
+    with pytest.raises(planmod.PlanError, match=r"decision.interval must be one of seeds, two-way, got 'prompts'"):
+        planmod.parse_plan(PLAN.replace("decision: {alpha: 0.05", "decision: {interval: prompts, alpha: 0.05"))

@@ -29,7 +29,8 @@ from .runner import BenchConfig, safe_name
 KINDS = ("exploratory", "confirmatory")
 PRIMARY = ("greedy", "pass@k", "sampled")
 SPLITS = ("test", "validation")
-KIND_SPLIT = {"exploratory": "validation", "confirmatory": "test"}  # tuning reads validation, reports read test
+KIND_SPLIT = {"exploratory": "validation", "confirmatory": "test"}
+DECIDE_ON = ("seeds", "two-way")  # tuning reads validation, reports read test
 # run settings an arm may not override: they are what makes the arms comparable
 PLAN_KEYS = ("planner", "seed", "task", "steps", "budget_tokens", "budget_compute", "budget_seconds", "cost_profile", "eval_every",
              "eval_every_tokens", "eval_every_compute", "eval_size", "eval_k", "eval_samples")
@@ -87,6 +88,7 @@ class Plan:
     replication: str | None = None  # why a confirmatory plan re-reads a test split an earlier record read
     # a wall-clock plan's cap on each run's training seconds (0: none); such a plan runs one run at a time
     budget_seconds: float = 0.0
+    decide_on: str = "seeds"  # DecisionFile.interval: what a verdict needs besides Holm's p
 
     @property
     def wall_clock(self) -> bool:
@@ -160,6 +162,9 @@ class EvaluationFile:
 class DecisionFile:
     alpha: Annotated[Float, Rule(lambda v: 0 < v < 1, "in (0, 1)")]
     goal_ratio: Annotated[Float, finite(0, strict=True)] = 3.0
+    # seeds: the exact sign-flip test over seeds decides (Bench 3.0); two-way: it must pass AND the interval that
+    # resamples held-out prompts as well as seeds must exclude 0 (issue 47: a verdict that holds for new prompts)
+    interval: Annotated[str, one_of(*DECIDE_ON)] = "seeds"
 
 
 @checked
@@ -324,7 +329,7 @@ def parse_plan(text: str, where: str = "plan") -> Plan:
     return Plan(f.name, f.kind, f.task, f.data_seed, baseline, arms, seeds, float(b.compute_units), b.profile,
                 b.tokens, split, ev.size, ev.evaluations, ev.k, ev.samples, ev.primary, list(family), float(alpha),
                 float(f.decision.goal_ratio), f.chosen_from, f.engine, f.sim_profile, f.pool_size,
-                dict(f.task_options), f.replication, float(b.wall_seconds))
+                dict(f.task_options), f.replication, float(b.wall_seconds), f.decision.interval)
 
 
 def load_plan(path: str | Path) -> tuple[Plan, bytes]:

@@ -80,6 +80,23 @@ def per_prompt_auc(run: dict, metric: str, key: str, x_rows: list[dict], budget:
     return w @ np.array([oc[s][key] for _, s in ev])
 
 
+def verdict(d: dict, p_holm: float, plan: Plan, fewest: int) -> str:
+    """An arm's verdict: Holm's adjusted p at the plan's alpha decides, and where the plan decides on the two-way
+    interval (`decision.interval: two-way`) that interval must also exclude 0, on the same side."""
+    if d["seeds_paired"] < fewest:
+        # below the fewest seeds with which any arm could pass, "no difference shown" would be a verdict the
+        # seeds cannot give: say none (a plan of 2 seeds said "no difference shown" beside "decide nothing")
+        return f"none: {d['seeds_paired']} seeds decide nothing"
+    side = "higher" if d["primary"]["diff"] > 0 else "lower"
+    if plan.decide_on == "two-way":
+        tw = d.get("primary_two_way")
+        if not tw:
+            return "none: the plan decides on the two-way interval, and these runs have no per-prompt outcomes"
+        excluded = tw["lo"] > 0 if side == "higher" else tw["hi"] < 0
+        return side if p_holm <= plan.alpha and excluded else "no difference shown"
+    return "no difference shown" if p_holm > plan.alpha else side
+
+
 def two_way(plan: Plan, base: list, arm: list, metric: str, bx: list, ax: list, budget: float, rng) -> dict | None:
     """The primary figure's paired difference with an interval over seeds and prompts (None: not recorded)."""
     key = {"greedy": "greedy", "sampled": f"sampled@{plan.samples_per_prompt()}"}.get(plan.primary)
@@ -152,7 +169,7 @@ def summarize_plan(plan: Plan, out: Path, bootstrap_seed: int = 0, power_sims: i
                "budget_compute": plan.budget_compute, "profile": plan.profile, "formula": costs.formula(profile),
                "profile_sources": profile.sources, "budget_tokens": plan.budget_tokens, "family": plan.family,
                "family_size": len(plan.family), "alpha": plan.alpha, "goal_ratio": plan.goal_ratio,
-               "chosen_from": plan.chosen_from, "replication": plan.replication, "seeds": plan.seeds, "arms": {}}
+               "decide_on": plan.decide_on, "chosen_from": plan.chosen_from, "replication": plan.replication, "seeds": plan.seeds, "arms": {}}
     budget = plan.budget_compute
     for arm in plan.arms:
         if arm == plan.baseline:
@@ -217,11 +234,7 @@ def summarize_plan(plan: Plan, out: Path, bootstrap_seed: int = 0, power_sims: i
         if not d.get("seeds_paired"):
             continue
         d["p_holm"] = float(adj)
-        # below the fewest seeds with which any arm could pass, "no difference shown" would be a verdict the
-        # seeds cannot give: say none (a plan of 2 seeds said "no difference shown" beside "decide nothing")
-        d["verdict"] = (f"none: {d['seeds_paired']} seeds decide nothing" if d["seeds_paired"] < fewest else
-                        "no difference shown" if adj > plan.alpha else
-                        "higher" if d["primary"]["diff"] > 0 else "lower")
+        d["verdict"] = verdict(d, float(adj), plan, fewest)
         g = d["goal"]
         d["goal_met"] = bool(d["verdict"] == "higher" and g["ratio"] >= plan.goal_ratio and g["lo"] > 1)
     for a, d in summary["arms"].items():
@@ -318,7 +331,9 @@ def markdown(summary: dict) -> str:
              f"**m = {summary['family_size']}** ({', '.join(summary['family'])}) at alpha {summary['alpha']}. With "
              f"m = {summary['family_size']} no arm can pass with fewer than {summary['min_seeds_for_family']} seeds"
              + (f" (**this plan has {len(summary['seeds'])}: no verdict is possible**)."
-                if len(summary["seeds"]) < summary["min_seeds_for_family"] else "."),
+                if len(summary["seeds"]) < summary["min_seeds_for_family"] else ".")
+             + (" A verdict also needs the two-way interval (held-out prompts resampled as well as seeds) to exclude 0 "
+                "on the same side (`decision.interval: two-way`)." if summary.get("decide_on") == "two-way" else ""),
              f"- Goal: compute-to-target ≥ {summary['goal_ratio']:g}× with the interval's lower end above 1, on an arm "
              f"that passes the verdict."]
     if summary.get("chosen_from"):
