@@ -24,6 +24,9 @@ from rollwise.bench.plan_report import _d, _ratio, _rpg
 from rollwise.bench.report import _fmt_diff, _fmt_ratio, legend, markdown_table
 from rollwise.core.generated import between, sync
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_holm import bench_wide  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
@@ -93,9 +96,11 @@ def verdicts() -> str:
            "(the mean of 2 samples at temperature 1 where the task column says sampled) over the compute budget (`gpu-h100-v1`), arm − tuned GRPO on the same seed, 95% bootstrap interval; "
            "compute-to-target: tuned GRPO's compute to reach its own accuracy at the budget over the arm's "
            "(> 1: less compute). Arms outside the family are described, not decided.", "",
-           "| task | arm | planner | Δ vs tuned GRPO [95% CI] | p (Holm) | verdict | compute-to-target [95% CI] "
-           "| goal met | rows/group (GRPO) | seeds | record |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
+           "| task | arm | planner | Δ vs tuned GRPO [95% CI] | p (Holm) | p (Holm, bench-wide) | verdict | "
+           "compute-to-target [95% CI] | goal met | rows/group (GRPO) | seeds | record |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    # Holm over every confirmatory hypothesis recorded so far (benchmarks/bench_holm.py), beside each plan's own
+    wide = {(h["record"], h["arm"]): h["p_bench"] for h in bench_wide(RESULTS)}
     pending = []
     for record, plan, task in CONFIRMATORY:
         path = RESULTS / record / "summary.json"
@@ -106,7 +111,9 @@ def verdicts() -> str:
             continue
         for arm, d in sorted(s["arms"].items(), key=lambda kv: (not kv[1]["in_family"], -kv[1]["primary"]["diff"])):
             holm = ("< 0.0001" if d["p_holm"] < 1e-4 else f"{d['p_holm']:.4f}") if "p_holm" in d else "—"
-            out.append(f"| {task} | {arm} | `{d['planner']}` | {_d(d['primary'])} | {holm} | {d['verdict']} | "
+            bw = wide.get((record, arm))
+            bw = "—" if bw is None else "< 0.0001" if bw < 1e-4 else f"{bw:.4f}"
+            out.append(f"| {task} | {arm} | `{d['planner']}` | {_d(d['primary'])} | {holm} | {bw} | {d['verdict']} | "
                        f"{_ratio(d['goal'])} | {'yes' if d.get('goal_met') else 'no'} | "
                        f"{_rpg(d['rows_per_group'])} ({_rpg(d['rows_per_group_base'])}) | {d['seeds_paired']} | "
                        f"`benchmarks/results/{record}` |")

@@ -47,10 +47,11 @@ def test_readme_verdicts_come_from_complete_confirmatory_records_only(tmp_path, 
 
     (tmp_path / "done").mkdir()
     (tmp_path / "done" / "summary.json").write_text(json.dumps(
-        {"kind": "confirmatory", "seeds": [1000, 1001], "arms": {"a": arm(0.02, 2), "b": arm(0.03, 2, fam=False)}}))
+        {"kind": "confirmatory", "seeds": [1000, 1001], "family": ["a"],
+         "arms": {"a": {**arm(0.02, 2), "p": 0.005}, "b": arm(0.03, 2, fam=False)}}))
     (tmp_path / "half").mkdir()
     (tmp_path / "half" / "summary.json").write_text(json.dumps(
-        {"kind": "confirmatory", "seeds": [1000, 1001], "arms": {"a": arm(0.02, 1)}}))
+        {"kind": "confirmatory", "seeds": [1000, 1001], "family": ["a"], "arms": {"a": arm(0.02, 1)}}))
     monkeypatch.setattr(update, "RESULTS", tmp_path)
     monkeypatch.setattr(update, "CONFIRMATORY", (("done", "p1.yaml", "T1"), ("half", "p2.yaml", "T2"),
                                                  ("absent", "p3.yaml", "T3")))
@@ -58,7 +59,10 @@ def test_readme_verdicts_come_from_complete_confirmatory_records_only(tmp_path, 
     rows = [line for line in text.splitlines() if line.startswith("| T")]
     # the family arm first, then the described one; the half-done and absent records give no row
     assert [r.split("|")[2].strip() for r in rows] == ["a", "b"]
-    assert "+0.0200 [+0.0100, +0.0300] | 0.0100 | higher | 1.50 [1.10, 2.00] | no | 5.7 (4.0) | 2 |" in rows[0]
+    # bench-wide Holm over every confirmatory hypothesis in RESULTS: done's a (p 0.005) and half's a (no p yet:
+    # 1), so 0.005 x 2 = 0.0100 beside its plan's own; b is outside its plan's family: no bench-wide p
+    assert "+0.0200 [+0.0100, +0.0300] | 0.0100 | 0.0100 | higher | 1.50 [1.10, 2.00] | no | 5.7 (4.0) | 2 |" in rows[0]
+    assert "| 0.0100 | — | higher |" in rows[1]
     assert "- T2: `p2.yaml` (committed before its runs) is running" in text and "- T3: `p3.yaml`" in text
 
 
