@@ -482,7 +482,13 @@ def check_plan(plan: Plan, plan_path: Path | str) -> dict[str, BenchConfig]:
                 from ..run.config import load_config
                 from .runner import run_settings
 
-                load_config(None, run_settings(cfg, "default", cfg.planners[0], cfg.seed_values[0]))
+                run = load_config(None, run_settings(cfg, "default", cfg.planners[0], cfg.seed_values[0]))
+                # a mistyped base path passed here, then failed every run after the record was written
+                if run.model is not None:
+                    from ..run.build import run_model
+
+                    if not (Path(run_model(run.model)) / "config.json").is_file():
+                        raise ValueError(f"model {run.model}: not a checkpoint directory (no config.json)")
         except (ValueError, TypeError) as e:
             raise PlanError(f"plan {plan_path}: arms.{arm}: {' '.join(str(e).split())}") from None
     return configs
