@@ -191,3 +191,24 @@ def test_a_plan_arm_on_a_base_that_is_not_there_fails_the_dry_run_and_writes_not
         assert res.stderr.strip().splitlines()[-1] == (f"rollwise: error: plan {plan}: arms.grpo: model "
                                                        "bases/my-famliy: not a checkpoint directory (no config.json)")
     assert not (tmp_path / "B").exists()
+
+
+@pytest.mark.parametrize("other, key, have, want", [
+    ("{planner: ar3po}", "model", "not set", "'bases/my-family'"),  # one arm left the page's model out
+    ("{planner: ar3po, set: {model: bases/other}}", "model", "'bases/other'", "'bases/my-family'"),
+    ("{planner: ar3po, set: {model: bases/my-family, warmstart: {steps: 30}}}", "warmstart.steps", "30", "not set"),
+])
+def test_every_arm_of_a_plan_starts_from_the_baselines_base(other, key, have, want):
+    """An arm without the `model` the others name trained from the default base, built on the fly (600
+    supervised steps), and the plan compared two bases as if it compared two methods: refused in one line."""
+    from rollwise.bench.plan import PlanError, parse_plan
+
+    _, plan_text = walkthrough()
+    parse_plan(plan_text)  # the page's plan: both arms on the step-1 base
+    line = next(x for x in plan_text.splitlines() if x.strip().startswith("ar3po:"))
+    bad = plan_text.replace(line, line.split(":", 1)[0] + ": " + other)
+    with pytest.raises(PlanError) as e:
+        parse_plan(bad, "plan P")
+    assert str(e.value) == (f"plan P: arms.ar3po: set: {key} is {have} but {want} in the baseline 'grpo': every arm "
+                            "must start from the same base (the same model and warmstart settings), or the plan "
+                            "compares bases")
