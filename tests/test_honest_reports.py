@@ -80,3 +80,16 @@ def test_the_plan_report_counts_the_prompts_its_runs_evaluated():
             "b": [{"outcomes": None}]}
     assert plan_report.heldout_counts(runs) == [101]
     assert plan_report._prompts({"prompts": [101]}) == "101 held-out prompts per evaluation (counted from the runs)"
+
+
+def test_a_plan_reports_compute_ratios_in_words_not_inf():
+    """The newcomer's plan (docs/tasks.md) read "not reached [0.00, inf]" and "inf / 0.00" in its table and
+    "0.00 / 0.00" under every cost ratio, unexplained: 0 is an arm that never reached the target, inf (0/0
+    at the point) a target at or below the base."""
+    assert plan_report._x(0.0) == "not reached" and plan_report._x(float("inf")) == "∞"
+    assert plan_report._x(1.234) == "1.23"
+    shifted_below_base = {"ratio": float("inf"), "lo": 0.0, "hi": float("inf"), "target": 0.0, "tokens_base": 0.0,
+                          "tokens_planner": 0.0}
+    assert plan_report._shifted(shifted_below_base) == "not defined"
+    assert plan_report._shifted({"ratio": 0.0, "tokens_base": 500.0, "tokens_planner": float("inf")}) == "not reached"
+    assert plan_report._shifted({"ratio": 2.0}) == "2.00"  # a summary written before the crossings were kept
