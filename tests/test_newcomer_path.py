@@ -128,6 +128,7 @@ def test_the_newcomer_path_in_docs_tasks_runs_as_written(tmp_path):
     arms = list(plan["arms"])
     assert len(arms) == 2 and plan["baseline"] in arms and plan["kind"] == "exploratory"
     assert {a["set"]["model"] for a in plan["arms"].values()} == {option(wcmd, "--out")}
+    assert 0.5 <= plan["budget"]["compute_units"] / trained[-1]["compute"] <= 2  # "about as many" steps as step 2
     assert plan["task_options"]["dataset"] == setting(wcmd, "task_options.dataset")
     assert plan["task_options"]["dataset_options"] == json.loads(setting(wcmd, "task_options.dataset_options"))
     out = run_step(dry, work, env)
