@@ -116,6 +116,7 @@ def test_the_newcomer_path_in_docs_tasks_runs_as_written(tmp_path):
     kind, acc0, acc1, last = verdicts[0]
     assert (float(acc0), float(acc1), int(last)) == (round(evals[0], 3), round(evals[steps_n], 3), steps_n)
     assert json.loads((run / "config.json").read_text())["model"] == option(wcmd, "--out")
+    assert "warm-started for" not in out  # the page's run names the task options its base was built with
     assert f"{trained[-1]['compute']:.3e}" in out  # the compute the page says the plan's budget is sized on
 
     # 3. the dry run: the plan file is the page's, every arm on the step-1 base; nothing is written
@@ -213,3 +214,20 @@ def test_every_arm_of_a_plan_starts_from_the_baselines_base(other, key, have, wa
     assert str(e.value) == (f"plan P: arms.ar3po: set: {key} is {have} but {want} in the baseline 'grpo': every arm "
                             "must start from the same base (the same model and warmstart settings), or the plan "
                             "compares bases")
+
+
+def test_a_run_on_a_base_built_for_other_task_options_is_warned(tmp_path):
+    """Step 2 repeats step 1's task options; one left out trained a base fitted to other prompts (or one
+    warm-started on this run's held-out prompts) with no word, or failed on the context with no cause."""
+    from rollwise.policy.warmstart import SHIPPED, foreign_base
+    from rollwise.tasks.arithmetic import ArithmeticTask
+
+    shipped = SHIPPED / "arithmetic"
+    assert foreign_base(shipped, ArithmeticTask()) is None
+    assert foreign_base(shipped, ArithmeticTask(pool_size=300)) is None  # the pool does not shape the base
+    note = foreign_base(shipped, ArithmeticTask(heldout_size=40))
+    assert note.startswith(f"model {shipped} was warm-started for task 'arithmetic' [0, 1000, ")
+    assert "not for this run's 'arithmetic' [0, 40, " in note and note.endswith(
+        ": pass the task options it was built with (or build a base for these)")
+    (tmp_path / "config.json").write_text("{}")  # a model rollwise did not build: nothing to compare
+    assert foreign_base(tmp_path, ArithmeticTask(heldout_size=40)) is None
