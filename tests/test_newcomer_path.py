@@ -155,6 +155,7 @@ def test_the_newcomer_path_in_docs_tasks_runs_as_written(tmp_path):
             assert done["metrics_sha256"] == hashlib.sha256(metrics).hexdigest()
             assert done["rows"] == len(rows_of(d / "metrics.jsonl")) > 1
             assert json.loads((d / "config.json").read_text())["model"] == option(wcmd, "--out")
+            assert not [w for w in done["warnings"] if "warm-started for" in w]  # the plan's options fit the base
     assert "report (exploratory)" in out
     assert not list((tmp_path / "cache").glob("base-*"))  # every step read the step-1 base; none was built
 
