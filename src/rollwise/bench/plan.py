@@ -179,13 +179,14 @@ def _base_settings(settings: dict) -> dict:
 def _one_base(arms: dict, baseline: str, where: str) -> None:
     """Every arm starts from the baseline's base: an arm that left out the `model` the others name (or set
     another warm start) trained from another base, built on the fly, and the plan compared the bases."""
+    def said(v):
+        return "not set" if v is None else repr(v)
+
     want = _base_settings(arms[baseline].settings)
     for a in arms.values():
         have = _base_settings(a.settings)
         if have != want:
             key = sorted(k for k in set(have) | set(want) if have.get(k) != want.get(k))[0]
-            def said(v):
-                return repr(v) if v is not None else "not set"
             raise PlanError(f"{where}: arms.{a.name}: set: {key} is {said(have.get(key))} but "
                             f"{said(want.get(key))} in the baseline {baseline!r}: every arm must start "
                             "from the same base (the same model and warmstart settings), or the plan compares bases")
