@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTION = "## Your family, end to end"
@@ -55,15 +56,15 @@ def setting(argv: list[str], key: str) -> str:
     return vals[0]
 
 
-def run_step(step: str, cwd: Path, env: dict) -> str:
-    """Run one step's text in bash as the page gives it; its output (stdout and stderr together)."""
+def run_step(step: str, cwd: Path, env: dict) -> tuple[str, str]:
+    """Run one step's text in bash as the page gives it: (its stdout, stdout and stderr together)."""
     rollwise = f"rollwise() {{ {shlex.quote(sys.executable)} -m rollwise.cli \"$@\"; }}\nset -e\n"
     res = subprocess.run(["bash", "-c", rollwise + step], cwd=cwd, env=env, capture_output=True, text=True,
                          timeout=600)
     out = res.stdout + res.stderr
     assert res.returncode == 0, f"step failed (exit {res.returncode}):\n{step}\n---\n{out[-3000:]}"
     assert "Traceback" not in out, out[-3000:]
-    return out
+    return res.stdout, out
 
 
 def rows_of(path: Path) -> list[dict]:
@@ -82,9 +83,9 @@ def test_the_newcomer_path_in_docs_tasks_runs_as_written(tmp_path):
     [wcmd], [tcmd], [dcmd], [bcmd], [rcmd] = map(commands, steps)
 
     # 1. the base, where the page says, built as the page says (its steps, not the 600 of the default)
-    out = run_step(warm, work, env)
+    stdout, out = run_step(warm, work, env)
     base = work / option(wcmd, "--out")
-    said = json.loads(out.strip().splitlines()[-1])
+    said = json.loads(stdout.strip().splitlines()[-1])
     assert Path(said["base"]) == Path(option(wcmd, "--out")) and said["shipped"] is False
     assert 0.0 <= said["eval_acc"] <= 1.0
     build = json.loads((base / "build.json").read_text())
@@ -98,7 +99,7 @@ def test_the_newcomer_path_in_docs_tasks_runs_as_written(tmp_path):
     assert option(tcmd, "--model") == option(wcmd, "--out")
     assert setting(tcmd, "task_options.dataset") == setting(wcmd, "task_options.dataset")
     assert setting(tcmd, "task_options.dataset_options") == setting(wcmd, "task_options.dataset_options")
-    out = run_step(train, work, env)
+    _, out = run_step(train, work, env)
     run = work / option(tcmd, "--out")
     steps_n = int(option(tcmd, "--steps"))
     rows = rows_of(run / "metrics.jsonl")
@@ -123,8 +124,6 @@ def test_the_newcomer_path_in_docs_tasks_runs_as_written(tmp_path):
     plan_file = work / option(dcmd, "--plan")
     assert option(bcmd, "--plan") == option(dcmd, "--plan")
     plan_file.write_text(plan_text)
-    import yaml
-
     plan = yaml.safe_load(plan_text)
     arms = list(plan["arms"])
     assert len(arms) == 2 and plan["baseline"] in arms and plan["kind"] == "exploratory"
@@ -132,14 +131,15 @@ def test_the_newcomer_path_in_docs_tasks_runs_as_written(tmp_path):
     assert 0.5 <= plan["budget"]["compute_units"] / trained[-1]["compute"] <= 2  # "about as many" steps as step 2
     assert plan["task_options"]["dataset"] == setting(wcmd, "task_options.dataset")
     assert plan["task_options"]["dataset_options"] == json.loads(setting(wcmd, "task_options.dataset_options"))
-    out = run_step(dry, work, env)
+    _, out = run_step(dry, work, env)
     record = work / option(bcmd, "--out")
     assert "dry run (nothing runs)" in out and all(re.search(rf"^{a}\s+{len(plan['seeds'])}\s", out, re.M) for a in arms)
     assert "decide nothing" in out  # 2 seeds: the dry run says so before anything runs
     assert not record.exists()
 
     # 4. the plan run: the record first (the plan's bytes and their sha256), then every arm's seeds, done
-    out = run_step(bench, work, env)
+    _, out = run_step(bench, work, env)
+    assert rcmd == ["cat", f"{option(bcmd, '--out')}/report.md"]
     raw = (record / "plan.yaml").read_bytes()
     assert raw == plan_text.encode()
     digest = hashlib.sha256(raw).hexdigest()
@@ -161,7 +161,7 @@ def test_the_newcomer_path_in_docs_tasks_runs_as_written(tmp_path):
 
     # 5. the report, as `cat` shows it: exploratory, the task and its family named, both arms, and the
     # verdict words two seeds allow
-    out = run_step(report, work, env)
+    out, _ = run_step(report, work, env)
     assert out == (record / "report.md").read_text()
     title, first = out.splitlines()[0], out.split("\n\n")[1]
     assert title == f"# Bench plan `{plan['name']}` — EXPLORATORY" and first.startswith("**EXPLORATORY results.**")
@@ -173,7 +173,9 @@ def test_the_newcomer_path_in_docs_tasks_runs_as_written(tmp_path):
         assert re.search(rf"^\| \d \| {arm} \| 2 \| ", out, re.M)
     assert "no difference shown" not in out and not re.search(r"\b(nan|inf)\b", out)
     summary = json.loads((record / "summary.json").read_text())
-    assert summary
+    assert summary["kind"] == "exploratory" and summary["prompts"] == [plan["evaluation"]["size"]]
+    assert {a: (d["seeds_paired"], d["verdict"]) for a, d in summary["arms"].items()} == {
+        other: (2, "none: 2 seeds decide nothing")}
 
 
 def test_a_plan_arm_on_a_base_that_is_not_there_fails_the_dry_run_and_writes_nothing(tmp_path):
