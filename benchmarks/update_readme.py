@@ -95,7 +95,8 @@ def verdicts() -> str:
            "never used to choose; against tuned GRPO; Holm over each plan's family). Δ: mean greedy test accuracy "
            "(the mean of 2 samples at temperature 1 where the task column says sampled) over the compute budget (`gpu-h100-v1`), arm − tuned GRPO on the same seed, 95% bootstrap interval; "
            "compute-to-target: tuned GRPO's compute to reach its own accuracy at the budget over the arm's "
-           "(> 1: less compute). Arms outside the family are described, not decided.", "",
+           "(> 1: less compute; not reached: the arm's mean curve stays below it within the budget, at an "
+           "interval's end in at least 2.5% of resamples). Arms outside the family are described, not decided.", "",
            "| task | arm | planner | Δ vs tuned GRPO [95% CI] | p (Holm) | p (Holm, bench-wide) | verdict | "
            "compute-to-target [95% CI] | goal met | rows/group (GRPO) | seeds | record |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|"]

@@ -104,3 +104,16 @@ def test_a_plan_can_decide_on_the_two_way_interval(decide_on, p_holm, two_way, e
 def test_the_decision_interval_is_one_of_two_words():
     with pytest.raises(planmod.PlanError, match=r"decision.interval must be one of seeds, two-way, got 'prompts'"):
         planmod.parse_plan(PLAN.replace("decision: {alpha: 0.05", "decision: {interval: prompts, alpha: 0.05"))
+
+
+def test_a_plan_reports_compute_ratios_in_words_not_inf():
+    """The newcomer's plan (docs/tasks.md) read "not reached [0.00, inf]" and "inf / 0.00" in its table and
+    "0.00 / 0.00" under every cost ratio, unexplained: 0 is an arm that never reached the target, inf (0/0
+    at the point) a target at or below the base."""
+    assert plan_report._x(0.0) == "not reached" and plan_report._x(float("inf")) == "∞"
+    assert plan_report._x(1.234) == "1.23"
+    shifted_below_base = {"ratio": float("inf"), "lo": 0.0, "hi": float("inf"), "target": 0.0, "tokens_base": 0.0,
+                          "tokens_planner": 0.0}
+    assert plan_report._shifted(shifted_below_base) == "not defined"
+    assert plan_report._shifted({"ratio": 0.0, "tokens_base": 500.0, "tokens_planner": float("inf")}) == "not reached"
+    assert plan_report._shifted({"ratio": 2.0}) == "2.00"  # a summary written before the crossings were kept

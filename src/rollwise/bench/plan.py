@@ -227,6 +227,31 @@ def _seeds(v: list[int] | SeedRange, where: str) -> list[int]:
     return seeds
 
 
+def _base_settings(settings: dict) -> dict:
+    """The settings of an arm that choose its base: `model` and the warm start's (`warmstart.KEY`, or a
+    `warmstart` mapping), flattened."""
+    out = {k: v for k, v in settings.items() if k == "model" or k.startswith("warmstart.")}
+    if isinstance(settings.get("warmstart"), dict):
+        out.update({f"warmstart.{k}": v for k, v in settings["warmstart"].items()})
+    return out
+
+
+def _one_base(arms: dict, baseline: str, where: str) -> None:
+    """Every arm starts from the baseline's base: an arm that left out the `model` the others name (or set
+    another warm start) trained from another base, built on the fly, and the plan compared the bases."""
+    def said(v):
+        return "not set" if v is None else repr(v)
+
+    want = _base_settings(arms[baseline].settings)
+    for a in arms.values():
+        have = _base_settings(a.settings)
+        if have != want:
+            key = sorted(k for k in set(have) | set(want) if have.get(k) != want.get(k))[0]
+            raise PlanError(f"{where}: arms.{a.name}: set: {key} is {said(have.get(key))} but "
+                            f"{said(want.get(key))} in the baseline {baseline!r}: every arm must start "
+                            "from the same base (the same model and warmstart settings), or the plan compares bases")
+
+
 def parse_plan(text: str, where: str = "plan") -> Plan:
     """A Plan from YAML text (yaml.safe_load: no code runs), every field checked; a bad plan raises
     PlanError with one line naming the file and the field."""
@@ -273,6 +298,7 @@ def parse_plan(text: str, where: str = "plan") -> Plan:
             if other not in arms or other in (a.name, baseline):
                 raise PlanError(f"{where}: arms.{a.name}: also_against {other!r} must be another arm, not the baseline "
                                 f"(arms: {', '.join(arms)})")
+    _one_base(arms, baseline, where)
     seeds = _seeds(f.seeds, where)
     runs = {}
     for a in arms.values():  # two arms on the same planner and seeds would be the same runs
@@ -465,7 +491,13 @@ def check_plan(plan: Plan, plan_path: Path | str) -> dict[str, BenchConfig]:
                 from ..run.config import load_config
                 from .runner import run_settings
 
-                load_config(None, run_settings(cfg, "default", cfg.planners[0], cfg.seed_values[0]))
+                run = load_config(None, run_settings(cfg, "default", cfg.planners[0], cfg.seed_values[0]))
+                # a mistyped base path passed here, then failed every run after the record was written
+                if run.model is not None:
+                    from ..run.build import run_model
+
+                    if not (Path(run_model(run.model)) / "config.json").is_file():
+                        raise ValueError(f"model {run.model}: not a checkpoint directory (no config.json)")
         except (ValueError, TypeError) as e:
             raise PlanError(f"plan {plan_path}: arms.{arm}: {' '.join(str(e).split())}") from None
     return configs

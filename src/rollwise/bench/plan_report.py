@@ -271,7 +271,16 @@ def _d(x: dict) -> str:
 
 
 def _x(v: float) -> str:
-    return "inf" if np.isinf(v) else f"{v:.2f}"
+    """A cost ratio (stats._ratio) in words where it is not a number, as the symmetric table has them: 0 is
+    the arm's mean curve never reaching the target, inf the arm's starting at it (they printed 0.00, inf)."""
+    return "not reached" if v == 0 else "∞" if np.isinf(v) else f"{v:.2f}"
+
+
+def _shifted(s: dict) -> str:
+    """The point ratio with the target moved by 1 s.e.: "not defined" where the moved target sits at or below
+    the baseline's start (reached at 0 compute: 0/0), as the unmoved one reads; summaries written before the
+    crossings were kept give the ratio alone."""
+    return "not defined" if s.get("tokens_base") == 0 else _x(s["ratio"])
 
 
 def heldout_counts(runs: dict) -> list[int]:
@@ -352,13 +361,21 @@ def markdown(summary: dict) -> str:
             continue
         g = d["goal"]
         sens = ("—" if _undefined(g) else
-                f"{_x(g['sensitivity']['-1se']['ratio'])} / {_x(g['sensitivity']['+1se']['ratio'])}")
+                f"{_shifted(g['sensitivity']['-1se'])} / {_shifted(g['sensitivity']['+1se'])}")
         lines.append(f"| {a} | {d['seeds_paired']} | {_d(d['primary'])} | {d['p']:.4f} | "
                      f"{d['p_holm']:.4f} | " if "p_holm" in d else
                      f"| {a} | {d['seeds_paired']} | {_d(d['primary'])} | {d['p']:.4f} | — | ")
         lines[-1] += (f"{d['verdict']} | {_ratio(g, d.get('symmetric'))} | {sens} | "
                       f"{'yes' if d.get('goal_met') else 'no'} | {_d(d['token_budget_diff'])} | "
                       f"{_rpg(d['rows_per_group'])} ({_rpg(d['rows_per_group_base'])}) |")
+    goals = [_ratio(d["goal"], d.get("symmetric")) + _shifted(d["goal"]["sensitivity"]["-1se"])
+             + _shifted(d["goal"]["sensitivity"]["+1se"]) for d in summary["arms"].values() if d.get("seeds_paired")]
+    if any(w in x for x in goals for w in ("not reached", "∞", "not defined")):
+        lines += ["", "Compute-to-target is the baseline's compute to the target over the arm's: **not reached** is the "
+                  "arm's mean curve staying below the target within the budget (at an interval's end: in at least "
+                  "2.5% of resamples), **∞** the arm's curve at the target from its start (a plan's arms start from "
+                  "one base, so at an interval's end: resamples in which the baseline ended no higher than it "
+                  "began), **not defined** the same at the point estimate (a target at or below the base: 0/0)."]
     small = {a: d["primary_t"] for a, d in summary["arms"].items() if d.get("primary_t")}
     if small:
         lines += ["", f"With fewer than {stats.T_INTERVAL_BELOW} seeds the percentile bootstrap above is too narrow; "

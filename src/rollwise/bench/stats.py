@@ -387,7 +387,8 @@ def compute_to_target(base_runs: list[list[dict]], arm_runs: list[list[dict]], b
     out["sensitivity"] = {}
     for label, shift in (("-1se", -se), ("+1se", se)):
         r = tokens_to_target_ratio(base_runs, arm_runs, budget, rng, samples=samples, k=1, target_shift=shift)
-        out["sensitivity"][label] = {"ratio": r["ratio"], "lo": r["lo"], "hi": r["hi"], "target": r["target"]}
+        out["sensitivity"][label] = {"ratio": r["ratio"], "lo": r["lo"], "hi": r["hi"], "target": r["target"],
+                                     "tokens_base": r["tokens_base"], "tokens_planner": r["tokens_planner"]}
     return out
 
 

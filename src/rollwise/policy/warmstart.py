@@ -156,6 +156,27 @@ def base_checkpoint(task, cfg: WarmStartConfig | None = None, cache_dir: Path | 
     return path
 
 
+def foreign_base(path, task) -> str | None:
+    """One line where `path` is a base rollwise warm-started (its build.json) for another task or other task
+    options than `task` (what its base_fingerprint covers: for reasoning-gym the family, its options, the
+    data seed and split sizes); None for a match or a model of any other origin. A base built for other
+    options trains on prompts it was not fitted to, or on held-out prompts it was warm-started on."""
+    build = Path(path) / "build.json"
+    if not build.is_file() or not declares(task, "base_fingerprint"):
+        return None
+    try:
+        b = json.loads(build.read_text())
+    except (OSError, ValueError):
+        return None
+    name = option(task, "name")
+    mine = json.loads(json.dumps(task.base_fingerprint(), default=str))
+    if b.get("task") == name and b.get("task_fingerprint") == mine:
+        return None
+    return (f"model {path} was warm-started for task {b.get('task')!r} {json.dumps(b.get('task_fingerprint'))} "
+            f"(its build.json), not for this run's {name!r} {json.dumps(mine)}: pass the task options it was built "
+            "with (or build a base for these)")
+
+
 @contextmanager
 def deterministic():
     """One torch thread and deterministic algorithms: the build's floating-point sums then do not

@@ -24,7 +24,7 @@ from ..core.staleness import ASYNC_MODES, StalenessPolicy
 from ..core.task import declares, option
 from ..learn.learner import Learner
 from ..policy.policy import Policy
-from ..policy.warmstart import base_checkpoint
+from ..policy.warmstart import base_checkpoint, foreign_base
 from ..tasks.reward import Scorer, builtin_reward
 from ..tasks.shaping import ShapedScorer, build_shaping
 from .budget import Budget
@@ -78,6 +78,8 @@ def build_run(cfg: Config, log=print) -> Parts:
                          "eval_every_tokens=0 to train without evaluation)")
     model_path = cfg.model or base_checkpoint(task, cfg.warmstart, log=log)
     device = resolve_device(cfg.device)  # the learner and a torch engine run here (config.device)
+    if cfg.model and (note := foreign_base(run_model(model_path), task)):
+        log(f"warning: {note}")  # said before the prompts are checked: a context error then has its cause
     policy = load_policy(model_path).to(device)
     if declares(task, "use_tokenizer"):  # a chat model's template (the file task): prompts change
         task.use_tokenizer(policy.tokenizer)
