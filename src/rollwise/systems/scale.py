@@ -153,9 +153,8 @@ def lognormal_lengths(n: int, mean: float, sigma: float) -> np.ndarray:
 
 def fill_lengths(rows: list[dict], how: str, sigma: float = LONGTAIL_SIGMA) -> list[dict]:
     """The rows with a length shape filled from each step's mean (module docstring: "step mean", or "step
-    lognormal" at `sigma`), `len_source` naming it; rows that carry a shape are returned as they are."""
-    if has_lengths(rows):
-        return rows
+    lognormal" at `sigma`), `len_source` naming it. A shape the rows carry is replaced too: when one run of a
+    comparison has none, every run is read the same way."""
     if how not in FALLBACKS:
         raise ValueError(f"unknown length fallback {how!r} (known: {', '.join(FALLBACKS)})")
     out, before = [], 0
