@@ -161,8 +161,7 @@ def markdown(records: list[dict], command: str) -> str:
     for rec in records:
         for arm, a in rec["arms"].items():
             bench3 = a["compute_to_target_bench3"]
-            ct = f"{_r(a['compute_to_target'])} ({bench3['ratio']:.2f}×)" if bench3["ratio"] == bench3["ratio"] \
-                else _r(a["compute_to_target"])
+            ct = f"{_r(a['compute_to_target'])} ({_point(bench3['ratio'])})"
             if "gpu_hours_to_target" not in a:
                 lines.append(f"| `{rec['record']}` | {arm} | {a['verdict']} | {ct} | — | — | not available | — | — |")
                 continue

@@ -152,3 +152,46 @@ def test_the_records_script_recomputes_one_archived_record(tmp_path):
         a["gpu_hours_to_target"]["ratio"])
     md = out.with_suffix(".md").read_text()
     assert "`bench3_confirm_llama` | ar3po |" in md and "no length shape in its rows" in md
+
+
+def test_the_validation_line_says_what_docs_systems_says():
+    """The line every GPU-hours table carries (clock.VALIDATION) is the count docs/systems.md's published
+    table reports: a new validation row that changes the count must change both."""
+    import re
+    docs = (ROOT / "docs/systems.md").read_text()
+    within, total = re.search(r"(\d+) of (\d+) figures within ±25%", docs).groups()
+    assert f"{within} of {total} published figures within ±25%" in clock.VALIDATION
+
+
+def test_the_both_units_table_leads_with_compute_units_and_gpu_hours(tmp_path):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("update_readme", ROOT / "benchmarks/update_readme.py")
+    update = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(update)
+    g = {"ratio": 1.5, "lo": 1.1, "hi": 2.0, "defined": True}
+    rec = {"record": "bench3_confirm3_task1", "task": "arithmetic", "lengths": ["step mean"], "arms": {
+        "pods-ar3po": {"in_family": True, "verdict": "higher", "compute_to_target": {**g, "ratio": 1.67},
+                       "gpu_hours_to_target": g, "steps_to_target": {**g, "ratio": 3.0},
+                       "per_step_to_target": {"ratio": 0.5, "lo": 0.4, "hi": 0.6, "defined": True},
+                       "lengths": "step mean"},
+        "dapo": {"in_family": True, "verdict": "lower", "compute_to_target": {**g, "ratio": 0.0, "lo": 0.0},
+                 "gpu_hours_to_target": {**g, "ratio": 0.0, "lo": 0.0}, "steps_to_target": {**g, "ratio": 0.0},
+                 "per_step_to_target": {"ratio": float("nan"), "lo": float("nan"), "hi": float("nan"),
+                                        "defined": False}, "lengths": "step mean"}}}
+    path = tmp_path / "g.json"
+    path.write_text(json.dumps({"command": "python benchmarks/gpu_hours_records.py", "profile": "h100x16-llama8b-v1",
+                                "validation": clock.VALIDATION, "records": [rec]}))
+    text = update.units_table(path)
+    header = next(line for line in text.splitlines() if line.startswith("| task"))
+    cols = [c.strip() for c in header.strip("|").split("|")]
+    assert cols[3:5] == ["compute-to-target, compute units (measured)", "GPU-hours to target (modelled)"]
+    assert clock.VALIDATION in text and "misses the tail" in text
+    assert ("| 1 (arithmetic), plan 3 | dapo | lower | not reached [not reached, 2.00×] | not reached [not reached, "
+            "2.00×] | not reached | not defined | step mean |") in text
+    assert "| pods-ar3po | higher | 1.67× [1.10×, 2.00×] | 1.50× [1.10×, 2.00×] | 3.00× | 0.50× | step mean |" in text
+    # the compact form (the README's): the lower arm named below, the split in one column
+    compact = update.units_table(path, compact=True)
+    assert "| pods-ar3po | higher | 1.67× [1.10×, 2.00×] | 1.50× [1.10×, 2.00×] | 3.00× × 0.50× | step mean |" in compact
+    assert "| dapo |" not in compact and "lower in the verdict (accuracy over the compute budget): " \
+        "1 (arithmetic), plan 3: dapo." in compact
+    assert "not computed yet" in update.units_table(tmp_path / "missing.json")
