@@ -17,8 +17,9 @@ recomputed one, so a figure here comes from the same runs as the record's. Per a
   * the second variant (a lognormal long tail) and which lengths each used: "shape" where the rows carry
     one, else "step mean" (every row of a step at the step's mean: the tail missed; systems/scale.py).
 
-And, on every record listed whose rows DO carry a shape, the fallback check: the same figures with the shape
-removed (so read through "step mean"), to show how far the fallback is from the full shape on real runs.
+And, on every record listed whose rows DO carry a shape, and on CHECK_RECORDS (read for this alone), the
+fallback check: the same figures with the shape removed (so read through "step mean"), to show how far the
+fallback is from the full shape on real runs.
 
 Writes PREFIX.json and PREFIX.md (default benchmarks/results/gpu_hours_records); benchmarks/update_readme.py
 reads the JSON for the results table that leads with both units.
@@ -43,6 +44,9 @@ from archive import ARCHIVE, RESULTS, unpack  # noqa: E402  (benchmarks/archive.
 ROOT = RESULTS.parent.parent
 DEFAULT_OUT = RESULTS / "gpu_hours_records"
 POWER_SIMS = 20  # the power calculation is not read here; it draws from its own generator
+# Records read for the fallback check alone (not in the table): rows with a shape and an arm that acts on the
+# spread of lengths (tail batching), the case the step-mean fallback cannot see
+CHECK_RECORDS = ("lossless_explore_2",)
 
 
 def plan_records(confirmatory_only: bool = True) -> list[str]:
@@ -90,6 +94,14 @@ def fallback_check(plan, out: Path, metric: str) -> dict:
                           "per_step_to_target": g["split"]["per_step"], "per_step": g["per_step"]}
         res[arm] = fig
     return res
+
+
+def check_only(name: str) -> dict:
+    """The fallback check alone on a record whose rows carry a shape (CHECK_RECORDS)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        unpack(RESULTS / name, Path(tmp))
+        plan, _ = load_plan(RESULTS / name / "plan.yaml")
+        return {"record": name, "fallback_check": fallback_check(plan, Path(tmp), plan.metric())}
 
 
 def record_figures(name: str) -> dict:
@@ -141,7 +153,7 @@ def _ps(p: dict) -> str:
     return f"{p['ratio']:.2f}× [{p['lo']:.2f}×, {p['hi']:.2f}×]"
 
 
-def markdown(records: list[dict], command: str) -> str:
+def markdown(records: list[dict], command: str, extra_checks: list[dict] = ()) -> str:
     lines = ["# GPU-hours to target of the plan records, recomputed from their archived runs", "",
              f"`{command}` (benchmarks/gpu_hours_records.py; its docstring says how). Baseline over arm (> 1: the "
              "arm costs less). Compute-to-target: compute units (`gpu-h100-v1`: counts measured, priced), Bench 4.0's "
@@ -182,10 +194,12 @@ def markdown(records: list[dict], command: str) -> str:
                      + ("; recomputed compute-to-target equals the record's" if all(
                          a["matches_record"] for a in rec["arms"].values()) else
                         "; WARNING: a recomputed compute-to-target differs from the record's"))
-    checks = [r for r in records if r.get("fallback_check")]
+    checks = [r for r in records if r.get("fallback_check")] + list(extra_checks)
     if checks:
         lines += ["", "The fallback against the full shape, on records whose rows carry one (the shape removed and "
-                  "read again through `step mean`; one generator state for both, so only the lengths differ):", "",
+                  "read again through `step mean`; one generator state for both, so only the lengths differ; "
+                  f"{', '.join(f'`{c}`' for c in CHECK_RECORDS)} read for this check alone: tail batching acts on "
+                  "the spread of lengths, which the fallback cannot see):", "",
                   "| record | arm | GPU-hours to target: shape | step mean | GPU-s per step to target: shape "
                   "| step mean | GPU-s per step, whole run: shape | step mean |", "|---|---|---|---|---|---|---|---|"]
         for rec in checks:
@@ -216,9 +230,14 @@ def main(argv=None) -> int:
     ap.add_argument("--records", nargs="*", help="record names (default: every confirmatory plan record)")
     ap.add_argument("--all", action="store_true", help="every plan record with archived runs, not only confirmatory")
     ap.add_argument("--out", default=str(DEFAULT_OUT), help="output prefix: writes PREFIX.json and PREFIX.md")
+    ap.add_argument("--check-records", nargs="*", default=None,
+                    help=f"records read for the fallback check alone (default without --records: "
+                         f"{' '.join(CHECK_RECORDS)})")
     args = ap.parse_args(argv)
     names = args.records or plan_records(confirmatory_only=not args.all)
-    for n in names:
+    extra = args.check_records if args.check_records is not None else ([] if args.records else list(CHECK_RECORDS))
+    extra = [n for n in extra if n not in names]
+    for n in names + extra:
         if not all((RESULTS / n / f).exists() for f in ("plan.yaml", "summary.json", ARCHIVE)):
             raise SystemExit(f"gpu_hours_records: {n!r} is not a plan record with archived runs in {RESULTS} "
                              f"(have: {', '.join(plan_records(False))})")
@@ -226,14 +245,19 @@ def main(argv=None) -> int:
     for n in names:
         print(f"{n} ...", flush=True)
         records.append(record_figures(n))
+    checks = []
+    for n in extra:
+        print(f"{n} (the fallback check) ...", flush=True)
+        checks.append(check_only(n))
     command = "python benchmarks/gpu_hours_records.py" + (" --all" if args.all else "") + (
-        f" --records {' '.join(args.records)}" if args.records else "")
+        f" --records {' '.join(args.records)}" if args.records else "") + (
+        f" --check-records {' '.join(args.check_records)}" if args.check_records is not None else "")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(
         {"command": command, "profile": clock.MODEL_PROFILE, "validation": clock.VALIDATION,
-         "records": _jsonable(records)}, indent=1, allow_nan=True) + "\n")
-    out.with_suffix(".md").write_text(markdown(records, command))
+         "records": _jsonable(records), "checks": _jsonable(checks)}, indent=1, allow_nan=True) + "\n")
+    out.with_suffix(".md").write_text(markdown(records, command, checks))
     print(f"wrote {out.with_suffix('.json')} and {out.with_suffix('.md')}")
     return 0
 
