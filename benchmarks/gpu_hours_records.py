@@ -122,7 +122,8 @@ def record_figures(name: str) -> dict:
             arms[arm] = {
                 "in_family": d["in_family"], "seeds_paired": d["seeds_paired"], "verdict": d.get("verdict"),
                 "compute_to_target": _ratio(d["symmetric"]), "compute_to_target_bench3": _ratio(d["goal"]),
-                "matches_record": rec_goal is not None and bool(np.isclose(rec_goal, d["goal"]["ratio"], rtol=1e-9, equal_nan=True)),
+                "matches_record": rec_goal is not None and bool(
+                    np.isclose(rec_goal, d["goal"]["ratio"], rtol=1e-9, equal_nan=True)),
                 **({} if g is None else {
                     "lengths": g["lengths"], "factor": g["factor"], "profile": g["profile"],
                     "steps_to_target": _ratio(g["split"]["steps"]), "per_step_to_target": g["split"]["per_step"],

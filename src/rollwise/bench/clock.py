@@ -184,7 +184,8 @@ def split_of(base_rows: list[list[dict]], arm_rows: list[list[dict]], base_hours
     bs, as_ = on_steps(base_rows), on_steps(arm_rows)
     steps = stats.symmetric_time_to_target(bs, as_, max(float(r[-1]["tokens"]) for r in bs + as_),
                                            copy.deepcopy(rng), keep_draws=True)
-    hours = stats.symmetric_time_to_target(base_hours, arm_hours, max(float(r[-1]["tokens"]) for r in base_hours + arm_hours),
+    hours = stats.symmetric_time_to_target(base_hours, arm_hours,
+                                           max(float(r[-1]["tokens"]) for r in base_hours + arm_hours),
                                            copy.deepcopy(rng), keep_draws=True)
 
     def per_step(hb, sb, ha, sa):

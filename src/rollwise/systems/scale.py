@@ -164,7 +164,8 @@ def fill_lengths(rows: list[dict], how: str, sigma: float = LONGTAIL_SIGMA) -> l
             continue
         n, before, m = int(r["rollouts"] - before), r["rollouts"], m or 0.0
         L = np.full(n, m) if how == "step mean" else lognormal_lengths(n, m, sigma)
-        shape = (m, m, m, m) if n == 0 else (m, float(np.percentile(L, 50)), float(np.percentile(L, 90)), float(L.max()))
+        shape = (m, m, m, m) if n == 0 else (m, float(np.percentile(L, 50)), float(np.percentile(L, 90)),
+                                             float(L.max()))
         out.append({**r, **dict(zip(LENGTH_FIELDS, shape)), "len_source": how,
                     **({"len_sigma": sigma} if how == "step lognormal" else {})})
     return out
