@@ -12,6 +12,11 @@ Other issues add their rows to SUMMARY_ROWS (task 2's records) or their benches 
 - Above them, the Bench 3.0 verdicts: one row per arm of each confirmatory plan in CONFIRMATORY whose record
   is complete (every arm paired on every seed), or a line saying the plan is still running. Only committed
   files are read, so the slot is the same on every checkout.
+- docs/results.md, between <!-- units:begin --> and <!-- units:end -->: the compact results table that leads
+  with both units (compute-to-target in compute units, measured; GPU-hours to target, modelled, with its split
+  into steps x GPU-seconds per step), from benchmarks/results/gpu_hours_records.json (written by
+  `python benchmarks/gpu_hours_records.py`). `--units` prints its compact form (the arms not found lower),
+  for the README.
 """
 from __future__ import annotations
 
@@ -30,6 +35,8 @@ from bench_holm import bench_wide  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
+UNITS_BEGIN, UNITS_END = "<!-- units:begin -->", "<!-- units:end -->"
+UNITS_RECORD = RESULTS / "gpu_hours_records.json"
 
 # (record, title) of the benches whose full tables docs/results.md shows. The earlier benches (bench_full,
 # bench_120k, bench_mixes, bench_pc_tuned) ran on a base that cannot be rebuilt; their reports stay in
@@ -156,16 +163,90 @@ def summary() -> str:
     return "\n".join(out + [""] + notes)
 
 
+def _x(g: dict | None, point_only: bool = False) -> str:
+    """A time-to-target ratio from gpu_hours_records.json in words ('not reached', 'not defined')."""
+    if g is None:
+        return "—"
+    if g.get("defined") is False:
+        return "not defined"
+
+    def f(v):
+        return "?" if v != v else "not reached" if v == 0 else "∞" if v == float("inf") else f"{v:.2f}×"
+    return f(g["ratio"]) if point_only else f"{f(g['ratio'])} [{f(g['lo'])}, {f(g['hi'])}]"
+
+
+def units_table(path: Path = UNITS_RECORD, compact: bool = False) -> str:
+    """The results table that leads with both units, one row per arm of each record in gpu_hours_records.json:
+    compute-to-target in compute units (token counts measured, priced by the plan's cost profile) and GPU-hours
+    to target (modelled under the cluster profile), both on Bench 4.0's symmetric target, with the GPU-hours
+    split into steps to target (measured) x GPU-seconds per step up to the target (modelled). `compact` (for
+    the README): only the arms of each plan's family not found lower, point estimates for the split in one
+    column, and the lower arms named in one line below."""
+    if not path.exists():
+        return (f"GPU-hours to target: not computed yet (`python benchmarks/gpu_hours_records.py` writes "
+                f"`{path.name}` in `benchmarks/results`).")
+    doc = json.loads(path.read_text())
+    task_of = {rec: task for rec, _, task in CONFIRMATORY}
+    order = {rec: i for i, (rec, _, _) in enumerate(CONFIRMATORY)}
+    records = sorted(doc["records"], key=lambda r: (order.get(r["record"], len(order)), r["record"]))
+    fallback = any("step mean" in r["lengths"] for r in records)
+    out = [f"**Both units** (Bench 4.0's target: 80% of tuned GRPO's gain; tuned GRPO's cost over the arm's, > 1: "
+           f"the arm costs less, 95% bootstrap interval). Compute-to-target: compute units (`gpu-h100-v1`), "
+           f"**measured** token counts priced at saturation, so idle time costs nothing. GPU-hours to target: "
+           f"**modelled** under `{doc['profile']}` ({doc['validation']}) = steps to target (**measured**) × "
+           f"GPU-seconds per step up to the target (**modelled**)."
+           + (" Lengths `step mean`: the rows predate per-step length shapes, so every row of a step is put at "
+              "its mean length, which misses the tail (the GPU-seconds per step are a lower bound)." if fallback else "")
+           + f" From `{doc['command']}`.", ""]
+    if compact:
+        out += ["| task | arm | verdict | compute-to-target, compute units (measured) | GPU-hours to target (modelled) "
+                "| = steps (measured) × GPU-s per step (modelled) | lengths |", "|---|---|---|---|---|---|---|"]
+    else:
+        out += ["| task | arm | verdict | compute-to-target, compute units (measured) | GPU-hours to target (modelled) "
+                "| = steps to target (measured) | × GPU-s per step (modelled) | lengths | record |",
+                "|---|---|---|---|---|---|---|---|---|"]
+    lower: dict[str, list[str]] = {}
+    for rec in records:
+        task = task_of[rec["record"]] if rec["record"] in task_of else f"{rec['task']} (`{rec['plan']}`)"
+        arms = sorted(rec["arms"].items(), key=lambda kv: (not kv[1]["in_family"], kv[0]))
+        for arm, a in arms:
+            if compact and (not a["in_family"] or a["verdict"] == "lower"):
+                if a["verdict"] == "lower":
+                    lower.setdefault(task, []).append(arm)
+                continue
+            ps = a.get("per_step_to_target")
+            ps_text = "—" if ps is None else "not defined" if not ps["defined"] else f"{ps['ratio']:.2f}×"
+            steps = _x(a.get("steps_to_target"), True)
+            head = (f"| {task} | {arm} | {a['verdict']} | {_x(a['compute_to_target'])} | "
+                    f"{_x(a.get('gpu_hours_to_target'))} | ")
+            out.append(head + (f"{steps} × {ps_text} | {a.get('lengths', '—')} |" if compact else
+                               f"{steps} | {ps_text} | {a.get('lengths', '—')} | `benchmarks/results/{rec['record']}` |"))
+    if compact:
+        named = "; ".join(f"{t}: {', '.join(arms)}" for t, arms in lower.items()) or "none"
+        out += ["", f"Left out, lower in the verdict (accuracy over the compute budget): {named}. Every arm in both "
+                "units: [docs/results.md](docs/results.md); each record's split and variants: "
+                "`benchmarks/results/gpu_hours_records.md`."]
+    return "\n".join(out)
+
+
 def rendered() -> dict[Path, str]:
     readme, results = ROOT / "README.md", ROOT / "docs" / "results.md"
+    docs = between(results.read_text(), BEGIN, END, results_tables())
     return {readme: between(readme.read_text(), BEGIN, END, summary()),
-            results: between(results.read_text(), BEGIN, END, results_tables())}
+            results: between(docs, UNITS_BEGIN, UNITS_END, units_table())}
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="fail if README.md or docs/results.md is stale")
-    return sync(rendered(), ROOT, ap.parse_args(argv).check, "python benchmarks/update_readme.py")
+    ap.add_argument("--units", action="store_true",
+                    help="print the compact both-units results table (for the README); the full one is the block "
+                         "between docs/results.md's units markers")
+    args = ap.parse_args(argv)
+    if args.units:
+        print(units_table(compact=True))
+        return 0
+    return sync(rendered(), ROOT, args.check, "python benchmarks/update_readme.py")
 
 
 if __name__ == "__main__":

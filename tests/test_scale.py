@@ -108,6 +108,8 @@ def test_a_plan_report_reads_modelled_gpu_hours_when_rows_carry_lengths():
     text = "\n".join(clock.markdown_lines({"arm": {"clock": None, "gpu_hours": g}}))
     assert "not available" in text  # no measured clock in these rows; the modelled figure needs none
     assert "Second variant" in text and f"sigma = {scale.LONGTAIL_SIGMA:g}" in text
+    # rows with neither a shape nor decoded tokens per step (these hand-made rows carry no `tokens`): nothing
+    # to scale (rows with `tokens` fall back to each step's mean: tests/test_gpu_hours_fallback.py)
     old = [{k: v for k, v in r.items() if not k.startswith("len_")} for r in base[0]["rows"]]
     assert clock.modelled([{"rows": old, "config": {}}], arm[:1], [old], [arm[0]["rows"]],
                           np.random.default_rng(0)) is None

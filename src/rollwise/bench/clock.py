@@ -22,6 +22,8 @@ Records from before the clock fields (no `cpu_s`) give no clock figures, and the
 """
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 
 from . import stats
@@ -108,34 +110,48 @@ def clock_figures(base_rows: list[list[dict]], arm_rows: list[list[dict]], rng: 
 
 
 MODEL_PROFILE = "h100x16-llama8b-v1"  # Bench 4.0's cluster profile (assets/cluster_profiles)
+# How far the step-time model is validated, as docs/systems.md's two tables say (a test holds them together)
+VALIDATION = "model validated: 5 of 12 published figures within ±25%; CPU mechanics: see docs/systems.md"
 
 
 def modelled(base_runs: list[dict], arm_runs: list[dict], base_rows: list[list[dict]], arm_rows: list[list[dict]],
              rng: np.random.Generator, profile_name: str = MODEL_PROFILE) -> dict | None:
     """The same curves on modelled GPU-hours at the profile's scale (systems/scale.py: every row's work scaled
     to the profile's response length, priced by the step-time model in the run's deployment mode), in both of
-    WAVE4's variants: the task's shape scaled (top level) and a published long-tail shape with ranks kept
-    (`longtail`, with its assumed sigma at x0.5 and x2 under `sensitivity`). `*_runs`: {rows, config} per
-    seed; `*_rows`: their rows with the primary metric as eval_acc. None where a run's rows carry no length
-    shape (records before 2026-12-05)."""
+    WAVE4's variants: the task's shape scaled (top level) and a published long-tail shape (`longtail`, with its
+    assumed sigma at x0.5 and x2 under `sensitivity`); and `split`, variant 1's GPU-hours to target as steps to
+    target (measured) x GPU-seconds per step up to the target (modelled), which multiply out (`split_of`).
+    `*_runs`: {rows, config} per seed; `*_rows`: their rows with the primary metric as eval_acc.
+    `lengths` says where the lengths came from: "shape" (rows from 2026-12-05 on carry one), or, when any
+    run's rows carry none (every Bench 3.0 record), "step mean": every run's rows filled by scale.fill_lengths,
+    every row of a step at its mean (variant 1; the tail missed), and variant 2 "step lognormal" (each step a
+    lognormal of its mean at the assumed sigma) in place of the baseline's map. None where rows carry neither a
+    shape nor the cumulative `tokens` and `rollouts` a step's mean is read from."""
     from ..systems import scale
     from ..systems.profile import load_profile
 
-    if not all(scale.has_lengths(r["rows"]) for r in base_runs + arm_runs):
-        return None
+    split_rng = copy.deepcopy(rng)  # the split's draws, from the state the first figures start at (below)
+    fallback = not all(scale.has_lengths(r["rows"]) for r in base_runs + arm_runs)
+    if fallback and not all(scale.has_step_means(r["rows"]) for r in base_runs + arm_runs):
+        return None  # not even decoded tokens and rows per step: nothing to scale
     profile = load_profile(profile_name)
-    factor = profile.gen_len_mean / scale.base_mean_length([r["rows"] for r in base_runs])
 
-    first = scale.base_lengths([r["rows"] for r in base_runs], factor)  # variant 2's knots, from the baseline
+    def filled(runs, sigma):  # without a shape: variant 1 each step at its mean, variant 2 a lognormal of it
+        if not fallback:
+            return runs
+        how = "step mean" if sigma is None else "step lognormal"
+        return [{**r, "rows": scale.fill_lengths(r["rows"], how, sigma or 0.0)} for r in runs]
+    factor = profile.gen_len_mean / scale.base_mean_length([r["rows"] for r in filled(base_runs, None)])
+    first = None if fallback else scale.base_lengths([r["rows"] for r in base_runs], factor)  # variant 2's knots
 
-    def hours(run, rows, sigma):
-        lt = None if sigma is None else scale.longtail_map(first, sigma)
-        return stats.with_x(rows, [s / 3600 for s in scale.gpu_seconds(
+    def curves(runs, rows_list, sigma):
+        lt = None if sigma is None or fallback else scale.longtail_map(first, sigma)
+        return [stats.with_x(rows, [s / 3600 for s in scale.gpu_seconds(
             run["rows"], profile, factor, scale.mode_of(run.get("config") or {}), lt)])
+            for run, rows in zip(filled(runs, sigma), rows_list)]
 
     def figures(sigma):
-        b = [hours(run, rows, sigma) for run, rows in zip(base_runs, base_rows)]
-        a = [hours(run, rows, sigma) for run, rows in zip(arm_runs, arm_rows)]
+        b, a = curves(base_runs, base_rows, sigma), curves(arm_runs, arm_rows, sigma)
         budget = max(float(r[-1]["tokens"]) for r in b + a)
         return {"to_target": stats.symmetric_time_to_target(b, a, budget, rng),
                 "per_step": median_paired_ratio([seconds_per_step(r, "tokens") for r in b],
@@ -143,10 +159,49 @@ def modelled(base_runs: list[dict], arm_runs: list[dict], base_rows: list[list[d
     # variant 1 first, so its figures keep their draws; then variant 2 (a published long-tail shape, ranks kept)
     # at its assumed sigma and at x0.5 and x2 of it (WAVE4: an assumption's sensitivity is reported)
     sigma = scale.LONGTAIL_SIGMA
-    out = {"profile": profile.name, "factor": factor, **figures(None)}
-    out["longtail"] = {"sigma": sigma, **figures(sigma),
-                       "sensitivity": {f"x{k:g}": figures(sigma * k) for k in (0.5, 2.0)}}
+    out = {"profile": profile.name, "factor": factor, "lengths": "step mean" if fallback else "shape",
+           **figures(None)}
+    out["longtail"] = {"sigma": sigma, "lengths": "step lognormal" if fallback else "baseline map",
+                       **figures(sigma), "sensitivity": {f"x{k:g}": figures(sigma * k) for k in (0.5, 2.0)}}
+    # the split, drawn last from a copy of the first state: the hours side repeats variant 1's to_target exactly
+    out["split"] = split_of(base_rows, arm_rows, curves(base_runs, base_rows, None),
+                            curves(arm_runs, arm_rows, None), split_rng)
     return out
+
+
+def split_of(base_rows: list[list[dict]], arm_rows: list[list[dict]], base_hours: list[list[dict]],
+             arm_hours: list[list[dict]], rng: np.random.Generator) -> dict:
+    """GPU-hours to target split into its two factors, paired resample by resample:
+        baseline's hours / arm's = (baseline's steps / arm's) x (baseline's GPU-s per step / arm's),
+    steps and hours each the symmetric time-to-target of the seeds' mean curve on that axis (the same target:
+    both curves reach the same accuracies), GPU-seconds per step = hours x 3600 / steps up to the target. Each
+    side is read from a copy of `rng`, so every resample draws the same seeds on both axes and the per-step
+    factor's interval is the ratio's in those resamples. `*_rows`: rows on any axis (the step is read);
+    `*_hours`: the same rows with `tokens` in GPU-hours. {steps, hours: symmetric figures; per_step: {ratio,
+    lo, hi, defined, base_s, arm_s}}; per_step is not defined where either side does not reach the target."""
+    def on_steps(rows_list):
+        return [stats.with_x(r, [float(x.get("step", 0)) for x in r]) for r in rows_list]
+    bs, as_ = on_steps(base_rows), on_steps(arm_rows)
+    steps = stats.symmetric_time_to_target(bs, as_, max(float(r[-1]["tokens"]) for r in bs + as_),
+                                           copy.deepcopy(rng), keep_draws=True)
+    hours = stats.symmetric_time_to_target(base_hours, arm_hours,
+                                           max(float(r[-1]["tokens"]) for r in base_hours + arm_hours),
+                                           copy.deepcopy(rng), keep_draws=True)
+
+    def per_step(hb, sb, ha, sa):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            f = (np.asarray(hb) / np.asarray(sb)) / (np.asarray(ha) / np.asarray(sa))
+        return np.where(np.isfinite(f) & (f > 0), f, np.nan)
+    point = float(per_step(hours["cost_base"], steps["cost_base"], hours["cost_arm"], steps["cost_arm"]))
+    draws = per_step(hours.pop("draws_base"), steps.pop("draws_base"), hours.pop("draws_arm"), steps.pop("draws_arm"))
+    ok = draws[~np.isnan(draws)]
+    lo, hi = stats.percentile_interval(ok) if len(ok) and not np.isnan(point) else (float("nan"), float("nan"))
+    sec = {side: hours[f"cost_{side}"] * 3600 / steps[f"cost_{side}"]
+           if 0 < steps[f"cost_{side}"] < np.inf and hours[f"cost_{side}"] < np.inf else float("nan")
+           for side in ("base", "arm")}
+    return {"steps": steps, "hours": hours,
+            "per_step": {"ratio": point, "lo": lo, "hi": hi, "defined": not np.isnan(point),
+                         "base_s": sec["base"], "arm_s": sec["arm"]}}
 
 
 def _point(g: dict) -> str:
@@ -180,21 +235,42 @@ def markdown_lines(arms: dict) -> list[str]:
     gh = {a: d["gpu_hours"] for a, d in arms.items() if d.get("gpu_hours")}
     if gh:
         g0 = next(iter(gh.values()))
+        fallback = any(g.get("lengths") == "step mean" for g in gh.values())
         lines += ["", f"Modelled at scale, not measured: the same curves on GPU-hours under `{g0['profile']}` (every "
                   f"response length x{g0['factor']:.0f}, the profile's mean over the baseline's at its first step; "
-                  "the step-time model in each run's deployment mode; systems/scale.py; not yet validated against "
-                  "measured step times).", "",
-                  "| arm | GPU-hours to target [95% CI] | GPU-seconds per step speed |", "|---|---|---|"]
+                  f"the step-time model in each run's deployment mode; systems/scale.py; {VALIDATION}). "
+                  "GPU-hours to target = steps to target (sample efficiency, measured) × GPU-seconds per step up "
+                  "to the target (hardware efficiency, modelled), the three ratios paired resample by resample; "
+                  "beside them the per-step ratio over whole runs (median of paired seeds)."]
+        if fallback:
+            lines += ["", "Lengths: these runs' rows carry no length shape (recorded before 2026-12-05), only each "
+                      "step's decoded tokens and rows, so every row of a step is put at the step's mean length "
+                      "(systems/scale.py `fill_lengths`, \"step mean\"). That misses the tail: a synchronous step "
+                      "waits for its longest row, so the seconds per step are a lower bound, and an arm's effect on "
+                      "the spread of lengths is seen only through its mean."]
+        lines += ["", "| arm | steps to target [95% CI] | × GPU-s per step to target [95% CI] "
+                  "| = GPU-hours to target [95% CI] | GPU-s per step, whole run | lengths |", "|---|---|---|---|---|---|"]
         for a, g in gh.items():
-            lines.append(f"| {a} | {stats.ratio_text(g['to_target'])} | {per_step(g['per_step'])} |")
+            sp = g.get("split")
+            if sp:
+                ps = sp["per_step"]
+                ps_text = (f"{ps['ratio']:.2f}× [{ps['lo']:.2f}×, {ps['hi']:.2f}×] ({ps['base_s']:,.0f} s / "
+                           f"{ps['arm_s']:,.0f} s)" if ps["defined"] else "not defined (a side does not reach the target)")
+                head = f"{stats.ratio_text(sp['steps'])} | {ps_text}"
+            else:  # a summary written before the split
+                head = "— | —"
+            lines.append(f"| {a} | {head} | {stats.ratio_text(g['to_target'])} | {per_step(g['per_step'])} | "
+                         f"{g.get('lengths', 'shape')} |")
         lt = {a: g["longtail"] for a, g in gh.items() if g.get("longtail")}
         if lt:
             s0 = next(iter(lt.values()))["sigma"]
-            lines += ["", "Second variant: every length mapped onto a published long-tail shape by one monotone map, the "
-                      "same for every arm (the baseline's first-step lengths onto a lognormal of their mean; TLT and "
-                      f"RollPacker report the long tail, neither gives its parameter, so sigma = {s0:g} is an "
-                      "assumption), so every row keeps its rank; beside it the point estimates at sigma x0.5 and x2.",
-                      "",
+            how = ("every step's rows at a lognormal of the step's mean (the runs carry no shape to map)"
+                   if fallback else "every length mapped onto a published long-tail shape by one monotone map, the "
+                   "same for every arm (the baseline's first-step lengths onto a lognormal of their mean), so every "
+                   "row keeps its rank")
+            lines += ["", f"Second variant: {how}; TLT and RollPacker report the long tail, neither gives its "
+                      f"parameter, so sigma = {s0:g} is an assumption; beside it the point estimates at sigma x0.5 "
+                      "and x2.", "",
                       "| arm | GPU-hours to target [95% CI] | GPU-seconds per step speed | to target at sigma x0.5 / x2 "
                       "| per step at sigma x0.5 / x2 |", "|---|---|---|---|---|"]
             for a, g in lt.items():

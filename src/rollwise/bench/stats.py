@@ -400,7 +400,8 @@ SYMMETRIC_FRACTION = 0.8
 
 def symmetric_time_to_target(base_runs: list[list[dict]], arm_runs: list[list[dict]], budget: float,
                              rng: np.random.Generator, fraction: float = SYMMETRIC_FRACTION,
-                             samples: int = BOOTSTRAP_SAMPLES, reference: str = "baseline") -> dict:
+                             samples: int = BOOTSTRAP_SAMPLES, reference: str = "baseline",
+                             keep_draws: bool = False) -> dict:
     """Cost-to-target where neither arm sits at its edge by construction.
 
     compute_to_target's target is the baseline's own accuracy at the budget, so the baseline's mean curve
@@ -417,7 +418,10 @@ def symmetric_time_to_target(base_runs: list[list[dict]], arm_runs: list[list[di
     In each bootstrap resample seeds are drawn once for both sides and the target is recomputed from the
     drawn runs. Ratio = the baseline's cost to the target / the arm's (0 where the arm's mean curve never
     reaches it, inf where only the baseline's does not). Not defined (`defined` False, ratio nan) where the
-    reference accuracy at the budget is not above the base: there is no gain to reach a fraction of."""
+    reference accuracy at the budget is not above the base: there is no gain to reach a fraction of.
+    `keep_draws`: also return both sides' costs in every resample (`draws_base`, `draws_arm`: arrays, nan where
+    the target is not defined), so that a caller reading the same seeds on two axes from the same generator
+    state can pair the resamples (bench/clock.py: GPU-hours split into steps x GPU-seconds per step)."""
     n = len(base_runs)
     if n == 0 or n != len(arm_runs):
         raise ValueError("symmetric_time_to_target needs the same seeds, at least one, for both sides")
@@ -441,6 +445,9 @@ def symmetric_time_to_target(base_runs: list[list[dict]], arm_runs: list[list[di
            "defined": bool(defined[0]), "ratio": float(ratios[0]),
            "cost_base": float(tb[0]), "cost_arm": float(ta[0]), "lo": float("nan"), "hi": float("nan"),
            "defined_frac": float(defined[1:].mean())}
+    if keep_draws:
+        out["draws_base"] = np.where(defined, tb, np.nan)[1:]
+        out["draws_arm"] = np.where(defined, ta, np.nan)[1:]
     ok = ratios[1:][~np.isnan(ratios[1:])]  # resamples where the target is defined
     if out["defined"] and len(ok):
         out["lo"], out["hi"] = percentile_interval(ok)

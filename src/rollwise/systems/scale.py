@@ -31,6 +31,21 @@ the 75th percentile"); RollPacker, Gao et al. 2025, arXiv:2509.21009, Sec. 2 (ro
 skewed lengths)]. The lognormal form and its sigma are [INF]: neither paper tabulates a fitted parameter, so
 LONGTAIL_SIGMA is an ASSUMPTION (the same 0.8 as the validation deployments in benchmarks/systems/), and
 reports show the figures at x0.5 and x2 of it.
+
+Rows without a length shape (records before 2026-12-05: every Bench 3.0 record) carry, per step, the decoded
+tokens (`tokens`, cumulative; `step_tokens`) and the rows generated (`rollouts`, cumulative), so the step's
+mean response length (decoded tokens / rows; on newer rows it equals `len_mean` exactly for a plain step), and
+nothing about its spread. `fill_lengths` gives such rows a shape, labelled by what it assumes, and the
+functions above then run on them unchanged:
+  * "step mean" (variant 1's fallback): every row of a step at the step's mean length. It MISSES THE TAIL:
+    a synchronous step at scale waits for its longest row, so its step time is a lower bound, and an arm's
+    effect on the spread of lengths (an abort that cuts the tail, a long round) is seen only through its mean;
+  * "step lognormal" (variant 2's fallback): the step's rows at the mid-rank quantiles (i + 0.5) / n of a
+    lognormal with variant 2's assumed sigma, rescaled to the step's mean. Its tail is assumed, the same
+    relative shape for every step and every arm, so an arm's effect on the spread is still not seen; variant
+    2's map from the baseline's first step is not used (step-mean lengths would give it a single knot).
+The filled rows keep the four shape fields (the fallback's own values) and say `len_source`; `row_lengths`
+rebuilds a row's lengths from whichever it carries.
 """
 from __future__ import annotations
 
@@ -97,9 +112,73 @@ def base_lengths(runs: list[list[dict]], factor: float) -> np.ndarray:
     for rows in runs:
         r = min((r for r in rows if r.get("step", 0) > 0), key=lambda r: r["step"])
         before = max((x.get("rollouts", 0) for x in rows if x.get("step", 0) < r["step"]), default=0)
-        out.append(factor * lengths_from_shape(int(r["rollouts"] - before), r["len_mean"], r["len_p50"],
-                                               r["len_p90"], r["len_max"]))
+        out.append(factor * row_lengths(r, int(r["rollouts"] - before)))
     return np.maximum(np.concatenate(out), 1.0)
+
+
+FALLBACKS = ("step mean", "step lognormal")  # fill_lengths' variants for rows without a shape (docstring)
+
+
+def has_step_means(rows: list[dict]) -> bool:
+    """Whether every trained row carries the cumulative decoded tokens and rows a step's mean is read from."""
+    trained = [r for r in rows if r.get("step", 0) > 0]
+    return bool(trained) and all(isinstance(r.get(k), (int, float)) for r in trained for k in ("tokens", "rollouts"))
+
+
+def step_means(rows: list[dict]) -> list[float | None]:
+    """Each row's mean response length over the rows it generated (decoded tokens / rows, both cumulative in
+    the rows); None for step 0 and for a step that generated nothing."""
+    out, prev = [], {"tokens": 0, "rollouts": 0}
+    for r in rows:
+        if r.get("step", 0) <= 0:
+            out.append(None)
+            continue
+        for k in prev:
+            if not isinstance(r.get(k), (int, float)):
+                raise ValueError(f"metrics row of step {r['step']}: no {k!r} (a length needs decoded tokens and rows)")
+        n, t = r["rollouts"] - prev["rollouts"], r["tokens"] - prev["tokens"]
+        out.append(float(t) / n if n > 0 else None)
+        prev = {k: r[k] for k in prev}
+    return out
+
+
+def lognormal_lengths(n: int, mean: float, sigma: float) -> np.ndarray:
+    """n lengths at the mid-rank quantiles of a lognormal(sigma), rescaled to `mean` exactly."""
+    if n <= 0:
+        return np.zeros(0)
+    z = np.array([NormalDist().inv_cdf((i + 0.5) / n) for i in range(n)])
+    y = np.exp(sigma * (z - z.max()))  # shifted for overflow; the rescaling removes the shift
+    return y * mean / y.mean()
+
+
+def fill_lengths(rows: list[dict], how: str, sigma: float = LONGTAIL_SIGMA) -> list[dict]:
+    """The rows with a length shape filled from each step's mean (module docstring: "step mean", or "step
+    lognormal" at `sigma`), `len_source` naming it. A shape the rows carry is replaced too: when one run of a
+    comparison has none, every run is read the same way."""
+    if how not in FALLBACKS:
+        raise ValueError(f"unknown length fallback {how!r} (known: {', '.join(FALLBACKS)})")
+    out, before = [], 0
+    for r, m in zip(rows, step_means(rows)):
+        if r.get("step", 0) <= 0:
+            out.append(r)
+            continue
+        n, before, m = int(r["rollouts"] - before), r["rollouts"], m or 0.0
+        L = np.full(n, m) if how == "step mean" else lognormal_lengths(n, m, sigma)
+        shape = (m, m, m, m) if n == 0 else (m, float(np.percentile(L, 50)), float(np.percentile(L, 90)),
+                                             float(L.max()))
+        out.append({**r, **dict(zip(LENGTH_FIELDS, shape)), "len_source": how,
+                    **({"len_sigma": sigma} if how == "step lognormal" else {})})
+    return out
+
+
+def row_lengths(r: dict, n: int) -> np.ndarray:
+    """A trained row's n response lengths: from its shape, or as its length fallback says (`len_source`)."""
+    src = r.get("len_source")
+    if src == "step mean":
+        return np.full(max(n, 0), float(r["len_mean"]))
+    if src == "step lognormal":
+        return lognormal_lengths(n, float(r["len_mean"]), float(r["len_sigma"]))
+    return lengths_from_shape(n, r["len_mean"], r["len_p50"], r["len_p90"], r["len_max"])
 
 
 def has_lengths(rows: list[dict]) -> bool:
@@ -122,7 +201,7 @@ def step_works(rows: list[dict], factor: float, longtail: LongTailMap | None = N
             continue
         n = int(r["rollouts"] - prev["rollouts"])
         groups = max(int(r.get("prompts") or 1), 1)
-        lengths = factor * lengths_from_shape(n, r["len_mean"], r["len_p50"], r["len_p90"], r["len_max"])
+        lengths = factor * row_lengths(r, n)
         lengths = np.round(lengths if longtail is None else longtail(lengths))
         prompt = factor * (r.get("prompt_tokens", 0) - prev["prompt_tokens"]) / groups
         trained = factor * (r.get("learner_tokens", 0) - prev["learner_tokens"])
