@@ -35,6 +35,10 @@ Not reproduced [deviation]: the code's `global_stat_est` advantage (GRPO's mean 
 row the prompt generated, not only the n kept) belongs to the learner. Each kept group carries the pass
 rate over all its rows in `Group.meta["pool_pass_rate"]` (with `pool_n`) so an estimator can read it.
 
+The abstract [ABS, v1-v2] names the same pieces (successive elimination, fixed-size groups with enforced
+reward diversity, global-statistics baselines); v3's abstract adds an estimation-based variant (budgets
+from predicted difficulty) that is not implemented here.
+
 Defaults [CODE: scripts/run_reinforce_ada.sh, verl/trainer/config/ppo_trainer.yaml]: balanced, rounds 4,
 k = round_repeat 8 for n = 4, i.e. k = 2n [INF: scaled with n; 16 for the embedded n = 8], cap 8n; n = the
 planner's n (rollout.n, 4 in the script).
