@@ -1,6 +1,7 @@
 """Reinforce-Ada: adaptive sampling until a group has signal (Xiong, Ye, Liao, Dong, Xu, Monz, Bian, Jiang,
 Zhang, "Reinforce-Ada: An Adaptive Sampling Framework for Reinforce-Style LLM Training", arXiv 2510.04996;
-code RLHFlow/Reinforce-Ada, read from its copy WeiXiongUST/Reinforce-Ada, and the Tinker port RLHFlow/Reinforce-Ada-Tinker).
+code RLHFlow/Reinforce-Ada, read from its copy WeiXiongUST/Reinforce-Ada, and the Tinker port
+RLHFlow/Reinforce-Ada-Tinker).
 
 A group of n rollouts that are all right or all wrong carries no GRPO signal, and most such groups are an
 artefact of sampling too few. Reinforce-Ada samples each prompt in rounds, stops a prompt as soon as its
