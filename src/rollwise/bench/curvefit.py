@@ -26,7 +26,7 @@ from . import stats
 
 B_BOUNDS = (0.1, 10.0)  # the exponent: flatter than 0.1 or steeper than 10 is not a curve 6 evaluations tell
 C_MID_SPAN = 10.0  # C_mid within [smallest evaluated compute / 10, largest x 10]: past that A is a guess
-GRID = (60, 40)  # log C_mid x log B points of the starting grid
+GRID = (40, 24)  # log C_mid x log B points of the starting grid (Levenberg-Marquardt polishes from there)
 MAX_ITER = 2000  # a flat curve's fit crawls along its valley: 1000 were needed on recorded runs
 FAILED_RESAMPLES = 0.025  # more failed resamples than this and an interval is not defined (its tails would be)
 # "same ceiling": the interval of ΔA inside ±0.01, the margin WAVE4 sets for "nearly lossless" accuracy
@@ -115,20 +115,23 @@ def fit_weighted(c, y, weights) -> list[Fit]:
         start[k0:k0 + 256] = np.column_stack([g[best, np.arange(len(best))], gu[best], gv[best]])
 
     theta, converged = _polish(start, lc, yp, Wp, r0, (u_lo, u_hi), (v_lo, v_hi), g_hi)
+    g, u, v = theta.T
+    resid = yp[None, :] - r0[:, None] - g[:, None] / (1 + np.exp(np.clip(np.exp(v)[:, None] * (u[:, None] - lc), -50, 50)))
+    wsum = Wp.sum(1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rmse = np.sqrt((Wp * resid**2).sum(1) / wsum)
+    nan = [float("nan")] * 5
     out = []
     for k in range(len(W)):
-        g, u, v = theta[k]
-        resid = yp - r0[k] - g / (1 + np.exp(np.clip(np.exp(v) * (u - lc), -50, 50)))
-        wk = Wp[k]
-        rmse = float(np.sqrt((wk * resid**2).sum() / wk.sum())) if wk.sum() > 0 else float("nan")
-        if not np.isfinite(r0[k]) or wk.sum() == 0:
-            out.append(Fit(*[float("nan")] * 5, failed="fit failed: no evaluations drawn"))
-        elif g <= 1e-9:
-            out.append(Fit(*[float("nan")] * 5, failed="fit failed: the curve does not rise above R0 (C_mid, B undefined)"))
+        if not np.isfinite(r0[k]) or wsum[k] == 0:
+            out.append(Fit(*nan, failed="fit failed: no evaluations drawn"))
+        elif g[k] <= 1e-9:
+            out.append(Fit(*nan, failed="fit failed: the curve does not rise above R0 (C_mid, B undefined)"))
         elif not converged[k]:
-            out.append(Fit(*[float("nan")] * 5, failed=f"fit failed: no convergence in {MAX_ITER} iterations"))
+            out.append(Fit(*nan, failed=f"fit failed: no convergence in {MAX_ITER} iterations"))
         else:
-            out.append(Fit(A=float(r0[k] + g), B=float(np.exp(v)), C_mid=float(np.exp(u)), R0=float(r0[k]), rmse=rmse))
+            out.append(Fit(A=float(r0[k] + g[k]), B=float(np.exp(v[k])), C_mid=float(np.exp(u[k])), R0=float(r0[k]),
+                           rmse=float(rmse[k])))
     return out
 
 
