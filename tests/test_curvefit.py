@@ -111,7 +111,10 @@ def test_the_reading_of_failed_fits_and_undefined_intervals():
 
 
 @pytest.mark.parametrize("runs,why", [
-    ([cf.Points(np.array([0.0, 1e4, 2e4]), np.array([0.3, 0.4, 0.5]))], "fewer than 3 evaluations past compute 0"),
+    ([cf.Points(np.array([0.0, 1e4, 2e4]), np.array([0.3, 0.4, 0.5]))], "a run has 2 evaluations past compute 0"),
+    # 3 seeds of 2 evaluations each at slightly different computes: 6 distinct points, no shape to read
+    ([cf.Points(np.array([0.0, 1e4 + i, 2e4 - i]), np.array([0.3, 0.4, 0.45])) for i in range(3)],
+     "a run has 2 evaluations past compute 0; 3 parameters need 3"),
     ([cf.Points(np.array([1e4, 2e4, 3e4, 4e4]), np.array([0.3, 0.4, 0.5, 0.5]))], "no evaluation at compute 0"),
     ([cf.Points(np.array([0.0, 1e4, 2e4, 3e4]), np.array([0.3, np.nan, 0.5, 0.5]))], "non-finite"),
     ([cf.Points(C, np.full(len(C), 0.3) - 0.01 * (C > 0))], "does not rise above R0"),

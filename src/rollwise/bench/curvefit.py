@@ -27,6 +27,7 @@ from . import stats
 B_BOUNDS = (0.1, 10.0)  # the exponent: flatter than 0.1 or steeper than 10 is not a curve 6 evaluations tell
 C_MID_SPAN = 10.0  # C_mid within [smallest evaluated compute / 10, largest x 10]: past that A is a guess
 GRID = (40, 24)  # log C_mid x log B points of the starting grid (Levenberg-Marquardt polishes from there)
+MIN_EVALS_PER_RUN = 3  # past compute 0: with fewer, seeds' slightly different computes fake a shape
 MAX_ITER = 2000  # a flat curve's fit crawls along its valley: 1000 were needed on recorded runs
 FAILED_RESAMPLES = 0.025  # more failed resamples than this and an interval is not defined (its tails would be)
 # "same ceiling": the interval of ΔA inside ±0.01, the margin WAVE4 sets for "nearly lossless" accuracy
@@ -57,6 +58,12 @@ def sigmoid(c, A: float, B: float, C_mid: float, R0: float) -> np.ndarray:
     c = np.asarray(c, dtype=float)
     with np.errstate(divide="ignore", over="ignore"):
         return R0 + (A - R0) / (1.0 + np.exp(B * (np.log(C_mid) - np.log(c))))
+
+
+def _shape(u, v, lc):
+    """1 / (1 + (C_mid / C)^B) with u = log C_mid, v = log B, lc = log C (broadcast); the exponent clipped so
+    that exp never overflows (at +-50 the shape is 0 or 1 to double precision anyway)."""
+    return 1.0 / (1.0 + np.exp(np.clip(np.exp(v) * (u - lc), -50, 50)))
 
 
 def _pool(runs: list[Points]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -101,7 +108,7 @@ def fit_weighted(c, y, weights) -> list[Fit]:
     # sum w s (y - R0) / sum w s^2, clipped to [0, 1 - R0]
     gu, gv = np.meshgrid(np.linspace(u_lo, u_hi, GRID[0]), np.linspace(v_lo, v_hi, GRID[1]), indexing="ij")
     gu, gv = gu.ravel(), gv.ravel()
-    S = 1.0 / (1.0 + np.exp(np.clip(np.exp(gv)[:, None] * (gu[:, None] - lc[None, :]), -50, 50)))  # G x P
+    S = _shape(gu[:, None], gv[:, None], lc)  # G x P
     start = np.empty((len(W), 3))
     for k0 in range(0, len(W), 256):  # in chunks: G x chunk matrices stay small
         w = Wp[k0:k0 + 256].T  # P x k
@@ -116,7 +123,7 @@ def fit_weighted(c, y, weights) -> list[Fit]:
 
     theta, converged = _polish(start, lc, yp, Wp, r0, (u_lo, u_hi), (v_lo, v_hi), g_hi)
     g, u, v = theta.T
-    resid = yp[None, :] - r0[:, None] - g[:, None] / (1 + np.exp(np.clip(np.exp(v)[:, None] * (u[:, None] - lc), -50, 50)))
+    resid = yp[None, :] - r0[:, None] - g[:, None] * _shape(u[:, None], v[:, None], lc)
     wsum = Wp.sum(1)
     with np.errstate(invalid="ignore", divide="ignore"):
         rmse = np.sqrt((Wp * resid**2).sum(1) / wsum)
@@ -148,7 +155,7 @@ def _polish(theta, lc, y, W, r0, ub, vb, g_hi):
     def resid_jac(th, k):
         g, u, v = th[:, :1], th[:, 1:2], th[:, 2:3]
         B = np.exp(v)
-        s = 1.0 / (1.0 + np.exp(np.clip(B * (u - lc[None, :]), -50, 50)))
+        s = _shape(u, v, lc)
         r = y[None, :] - r0[k, None] - g * s
         ds = -s * (1 - s)  # d s / d z, z = B (u - log c)
         J = np.stack([s, g * ds * B, g * ds * B * (u - lc[None, :])], axis=2)  # d model / d theta: k x P x 3
@@ -189,6 +196,10 @@ def _polish(theta, lc, y, W, r0, ub, vb, g_hi):
 
 def fit(runs: list[Points]) -> Fit:
     """The curve through every run's evaluations, each point counted once."""
+    fewest = min((int(np.sum(r.c > 0)) for r in runs), default=0)
+    if fewest < MIN_EVALS_PER_RUN:
+        return Fit(*[float("nan")] * 5, failed=f"fit failed: a run has {fewest} evaluations past compute 0; "
+                                                f"3 parameters need {MIN_EVALS_PER_RUN}")
     c, y, _ = _pool(runs)
     return fit_weighted(c, y, np.ones(len(c)))[0]
 
@@ -326,7 +337,8 @@ def markdown_lines(fits: dict | None, baseline: str, budget: float) -> list[str]
         return []
     lines = ["", f"Sigmoid fits of the primary metric against compute (ScaleRL, arXiv 2510.13786): "
              f"`{fits['form']}`, R0 the arm's mean step-0 accuracy, A in [R0, 1] the ceiling, C_mid the compute "
-             f"to half the gain, B the steepness; least squares over every seed's evaluations up to the budget (the first at or past it included), "
+             f"to half the gain, B the steepness; least squares over every seed's evaluations up to the budget "
+             f"(the first at or past it included), "
              f"95% intervals over {fits['samples']} resamples of seeds (each refitted; ΔA and the midpoint ratio "
              f"on paired seeds). Reading: ΔA's interval above / below 0 is a higher / lower ceiling; inside "
              f"±{fits['margin']:g} the same ceiling, then sooner / later where the midpoint ratio's interval is "
@@ -337,7 +349,8 @@ def markdown_lines(fits: dict | None, baseline: str, budget: float) -> list[str]
              "| C_mid baseline / arm [95% CI] | reading |", "|---|---|---|---|---|---|---|---|---|"]
     for a, d in fits["arms"].items():
         if d["failed"] and not np.isfinite(d.get("A", float("nan"))):
-            lines.append(f"| {a} | {d['seeds']} | {_num(d['R0'], '.3f')} | — | — | — | — | — | {d['failed']} |")
+            lines.append(f"| {a} | {d['seeds']} | {_num(d['R0'], '.3f')} | — | — | — | — | — "
+                         f"| {d['failed']} |")
             continue
         past = " †" if d["C_mid"] > budget else ""
         if a == baseline:
