@@ -176,3 +176,20 @@ def test_a_report_regenerated_from_an_archived_record_shows_the_table(tmp_path):
         if arm != plan.baseline:
             assert f"| {fits['arms'][arm]['reading']} |" in text
     assert json.loads((out / "summary.json").read_text())["curve_fits"]["arms"].keys() == fits["arms"].keys()
+
+
+def test_an_interval_with_too_many_failed_resamples_is_not_defined_and_the_table_says_so():
+    v = np.array([0.5, 0.6, np.nan])
+    assert cf._interval(v, failed=50, n=2000) == {"lo": 0.5, "hi": 0.6, "failed": 50}  # 2.5%: still defined
+    assert cf._interval(v, failed=51, n=2000) == {"lo": None, "hi": None, "failed": 51}
+    d = {"A": 0.5, "A_ci": {"lo": None, "hi": None, "failed": 51}}
+    assert cf._ci(d, "A", ".3f") == "0.500 [not defined: 51 resamples failed]"
+    # an arm whose runs evaluated twice: its row states the failure instead of numbers
+    base = _runs(0.6, 1.5, 6e4, 0.3, seeds=3)
+    short = [cf.Points(r.c[:3], r.y[:3]) for r in base]
+    fits = cf.plan_fits({"grpo": base, "short": short}, "grpo", 2e5,
+                        {a: np.random.default_rng(0) for a in ("grpo", "short")}, samples=50)
+    assert fits["arms"]["short"]["reading"] == "fit failed"
+    row = [x for x in cf.markdown_lines(fits, "grpo", 2e5) if x.startswith("| short |")]
+    assert row == ["| short | 3 | 0.300 | — | — | — | — | — | fit failed: a run has 2 evaluations past compute 0; "
+                   "3 parameters need 3 |"]

@@ -198,7 +198,8 @@ def fit(runs: list[Points]) -> Fit:
     """The curve through every run's evaluations, each point counted once."""
     fewest = min((int(np.sum(r.c > 0)) for r in runs), default=0)
     if fewest < MIN_EVALS_PER_RUN:
-        return Fit(*[float("nan")] * 5, failed=f"fit failed: a run has {fewest} evaluations past compute 0; "
+        y0 = [y for r in runs for y in r.y[r.c == 0]]
+        return Fit(*[float("nan")] * 3, R0=float(np.mean(y0)) if y0 else float("nan"), rmse=float("nan"), failed=f"fit failed: a run has {fewest} evaluations past compute 0; "
                                                 f"3 parameters need {MIN_EVALS_PER_RUN}")
     c, y, _ = _pool(runs)
     return fit_weighted(c, y, np.ones(len(c)))[0]
@@ -308,8 +309,9 @@ def plan_fits(arms: dict[str, list[Points | None]], baseline: str, budget: float
             paired = [i for i in range(len(runs)) if runs[i] is not None and base[i] is not None]
             p = (paired_figures([base[i] for i in paired], [runs[i] for i in paired], rngs[a], samples) if paired
                  else {"failed": "fit failed: no seed both finished"})
+            own = d["failed"]
             d.update(p, seeds_paired=len(paired), reading=reading(p, budget))
-            d["failed"] = d["failed"] or p["failed"]
+            d["failed"] = own or p["failed"]
         out["arms"][a] = d
     return out
 
