@@ -176,6 +176,7 @@ def test_a_report_regenerated_from_an_archived_record_shows_the_table(tmp_path):
         if arm != plan.baseline:
             assert f"| {fits['arms'][arm]['reading']} |" in text
     assert json.loads((out / "summary.json").read_text())["curve_fits"]["arms"].keys() == fits["arms"].keys()
+    assert "![sigmoid fits](plan_fits.png)" in text and (out / "plan_fits.png").stat().st_size > 0
 
 
 def test_an_interval_with_too_many_failed_resamples_is_not_defined_and_the_table_says_so():
@@ -190,6 +191,7 @@ def test_an_interval_with_too_many_failed_resamples_is_not_defined_and_the_table
     fits = cf.plan_fits({"grpo": base, "short": short}, "grpo", 2e5,
                         {a: np.random.default_rng(0) for a in ("grpo", "short")}, samples=50)
     assert fits["arms"]["short"]["reading"] == "fit failed"
+    assert not cf.plot({"curve_fits": {"arms": {"short": fits["arms"]["short"]}}}, None)  # nothing to draw
     row = [x for x in cf.markdown_lines(fits, "grpo", 2e5) if x.startswith("| short |")]
     assert row == ["| short | 3 | 0.300 | — | — | — | — | — | fit failed: a run has 2 evaluations past compute 0; "
                    "3 parameters need 3 |"]

@@ -363,4 +363,43 @@ def markdown_lines(fits: dict | None, baseline: str, budget: float) -> list[str]
             rest = f"{_ci(d, 'dA', '+.3f')} | {_ci(d, 'C_mid_ratio', '.2f')} | {d['reading']}"
         lines.append(f"| {a} | {d['seeds']} | {d['R0']:.3f} | {_ci(d, 'A', '.3f')} | {_ci(d, 'C_mid', ',.0f')}{past} "
                      f"| {_ci(d, 'B', '.2f')} | {rest} |")
+    if any(not d["failed"] or np.isfinite(d.get("A", float("nan"))) for d in fits["arms"].values()):
+        lines += ["", "![sigmoid fits](plan_fits.png)"]
     return lines
+
+
+def plot(summary: dict, path) -> bool:
+    """Each arm's fitted curve over its mean evaluations (summary["curves"]), solid to the budget and dashed
+    past it to 3x the budget, where a ceiling past the budget is the sigmoid's guess; False (nothing written)
+    where no arm has a fit."""
+    fits = (summary.get("curve_fits") or {}).get("arms", {})
+    ok = {a: d for a, d in fits.items() if not d["failed"] or np.isfinite(d.get("A", float("nan")))}
+    if not ok:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    budget = summary["budget_compute"]
+    inside, past = np.linspace(0, budget, 100), np.linspace(budget, 3 * budget, 100)
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for a, d in ok.items():
+        base = a == summary["baseline"]
+        params = (d["A"], d["B"], d["C_mid"], d["R0"])
+        line, = ax.plot(inside, sigmoid(inside, *params), color="black" if base else None, lw=2.2 if base else 1.2,
+                        label=f"{a}: A {d['A']:.3f}, C_mid {d['C_mid']:,.0f}, B {d['B']:.2f}")
+        ax.plot(past, sigmoid(past, *params), color=line.get_color(), lw=line.get_linewidth(), ls="--")
+        c = summary.get("curves", {}).get(a)
+        if c:
+            ax.plot(c["x"], c["mean"], "o", color=line.get_color(), ms=3, alpha=0.6)
+    ax.axvline(budget, color="0.5", lw=0.8)
+    ax.set_xlabel(f"compute units ({summary['profile']}); budget at the grey line, dashed: extrapolated")
+    ax.set_ylabel(f"{summary['metric']}")
+    ax.set_title(f"{summary['plan']}: {FORM} per arm; dots: the mean over seeds", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return True

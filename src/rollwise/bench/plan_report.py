@@ -525,4 +525,5 @@ def write_plan_report(plan: Plan, out: Path) -> dict:
     (out / "report.html").write_text(_html(text))
     plot(summary, out / "plan_diffs.png")
     plot_curves(summary, out / "plan_curves.png")
+    curvefit.plot(summary, out / "plan_fits.png")
     return summary
