@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from .report import not_defined, task_words
-from . import clock, costs, stats
+from . import clock, costs, curvefit, stats
 from ..run.evaluate import OUTCOMES, unpack_outcomes
 from .plan import Plan, arm_config, data_split_note
 from .report import _html, load_run
@@ -257,6 +257,11 @@ def summarize_plan(plan: Plan, out: Path, bootstrap_seed: int = 0, power_sims: i
         ({"arm": a, "seeds": c["seeds"], "auc": float(np.mean([stats.auc(axis(r), budget) for r in runs[a] if r is not None])),
           "final": c["mean"][-1], "final_se": c["se"][-1]} for a, c in summary["curves"].items()),
         key=lambda x: -x["auc"])
+    # the sigmoid fits beside compute-to-target, from their own draws (every figure above keeps its draws)
+    summary["curve_fits"] = curvefit.plan_fits(
+        {a: [curvefit.run_points(axis(r), budget) if r is not None else None for r in rs] for a, rs in runs.items()},
+        plan.baseline, budget, {a: np.random.default_rng([bootstrap_seed, zlib.crc32(a.encode()), zlib.crc32(b"curvefit")])
+                        for a in runs})
     summary["missing_counts"] = sorted(missing_counts)
     summary["min_seeds_for_family"] = stats.min_seeds_for_family(len(plan.family), plan.alpha)
     return summary
@@ -399,6 +404,7 @@ def markdown(summary: dict) -> str:
         for a, g in sym.items():
             lines.append(f"| {a} | {g['base_acc']:.3f} → {g['end_acc']:.3f} ({g['target']:.3f}) | "
                          f"{stats.ratio_text(g)} |")
+    lines += curvefit.markdown_lines(summary.get("curve_fits"), summary["baseline"], summary["budget_compute"])
     lines += clock.markdown_lines(summary["arms"])
     also = [(a, o, x) for a, d in summary["arms"].items() for o, x in d.get("also", {}).items() if x.get("seeds_paired")]
     if also:
@@ -519,4 +525,5 @@ def write_plan_report(plan: Plan, out: Path) -> dict:
     (out / "report.html").write_text(_html(text))
     plot(summary, out / "plan_diffs.png")
     plot_curves(summary, out / "plan_curves.png")
+    curvefit.plot(summary, out / "plan_fits.png")
     return summary
