@@ -151,3 +151,27 @@ def test_registered_options_are_checked_in_one_line():
         PCL(k=0)
     with pytest.raises(ValueError, match=r"planner_options\.pcl\.buffer must be an integer, got 'x'"):
         load_config(None, {"planner": "pcl", "planner_options": {"pcl": {"buffer": "x"}}})
+
+
+def test_trainer_runs_pcl_with_rl_zvp_and_resumes_exactly(tmp_path, small_policy):
+    """Two steps through the Trainer on the arithmetic task: the candidates' prefill is charged as scoring,
+    the head's figures are in the metrics, zero-variance rows train under rl-zvp, and a run resumed from its
+    step-1 checkpoint (the head's replay in it) continues exactly."""
+    from conftest import SMALL
+    from rollwise.run.loop import Trainer
+    from rollwise.run.records import TIMING
+
+    def trainer(out, steps):
+        return Trainer(load_config(None, {**SMALL, "out": str(tmp_path / out), "steps": steps, "eval_every": 0,
+                                          "planner": "pcl", "learner.advantage": "rl-zvp"}))
+
+    strip = lambda rows: [{k: v for k, v in r.items() if k not in TIMING} for r in rows]  # noqa: E731
+    rows = strip(trainer("a", 2).run())
+    assert [r["step"] for r in rows] == [1, 2]
+    assert 0 < rows[0]["scoring_tokens"] < rows[1]["scoring_tokens"]  # running totals: every step scores
+    assert all(r["pcl/labels"] == SMALL["batch_size"] and 0 <= r["pcl/abs_err"] <= 1 for r in rows)
+    zero_var_rows = [r["zero_var_frac"] * r["batch_groups"] * SMALL["n"] for r in rows]
+    assert any(z > 0 for z in zero_var_rows)  # the briefly warm-started base has all-equal groups...
+    assert all(r["learn_rows"] > r["batch_rollouts"] - z for r, z in zip(rows, zero_var_rows))  # ...which train
+    trainer("b", 1).run()
+    assert strip(trainer("b", 2).run()) == rows
