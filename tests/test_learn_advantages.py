@@ -309,8 +309,11 @@ def test_every_estimator_finite_on_degenerate_groups(name, rewards, groups):
     x = inp(rewards, groups, mask_NT=torch.ones(N, 3), token_ids_NT=torch.randint(1, 9, (N, 3)),
             entropy_NT=torch.rand(N, 3), ref_pass_rate_G=torch.full((G,), 0.5),
             reward_parts_NK=torch.tensor(rewards)[:, None].repeat(1, 2), baseline_G=torch.full((G,), 0.5))
-    a = registry.get("advantage", name).obj(x)
+    entry = registry.get("advantage", name)
+    a = entry.obj(x)
     assert a.shape[0] == N and torch.isfinite(a).all()
     group_relative = name not in ("pvpo", "mssr")
-    if group_relative and len(set(rewards)) == 1 or group_relative and N == 1:
+    if entry.facts.get("zero_variance_signal"):  # RL-ZVP: an all-equal group is taught, by design
+        assert (a != 0).any(), f"{name}: declares zero_variance_signal but taught an all-equal group nothing"
+    elif group_relative and len(set(rewards)) == 1 or group_relative and N == 1:
         assert (a == 0).all(), f"{name}: a group with no reward spread must teach nothing"

@@ -296,7 +296,7 @@ def test_every_planner_runs_or_is_refused_clearly():
             continue
         out = _sim(e.name, prompts=300, batch=8, n=4).run(3)
         assert out["steps"] == 3 and out["tokens"] + out["tokens_by_purpose"]["oracle"] > 0, e.name
-    assert refused == {"hive", "dots", "duet-abort", "arrol", "spec-rl", "treepo", "das"}  # statistics, tokens, a policy
+    assert refused == {"hive", "dots", "duet-abort", "arrol", "spec-rl", "treepo", "das", "pcl"}  # statistics, tokens, a policy
     out = _sim("greso+ar3po", prompts=300, batch=8, n=4).run(3)
     assert out["steps"] == 3
 
