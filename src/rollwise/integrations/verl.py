@@ -52,7 +52,7 @@ How it hooks in (the choices, and why):
 `sampler_kwargs`: planner (spec, required), planner_options ({component: kwargs}), seed (0), n (default
 `actor_rollout_ref.rollout.n`), success_threshold (1.0), correct_field (a `reward_extra_info` key such
 as "acc" to judge correctness by; default: the summed reward), segment_tokens (16: tokens per segment
-for a watched planner).
+for a watched planner), drop_zero_adv (false: the zero-variance loss normaliser, verl_normaliser.py).
 Tested on CPU against a real TransferQueue with verl's trainer methods bound to a stub (as verl's own
 CPU tests do) and a CPU stand-in for the rollout server; a full verl run needs GPUs and is untested here.
 """
@@ -80,6 +80,7 @@ from ..run.driver import StepDriver
 from .host import LazyPool
 from .verl_agent_loop import AGENT_NAME, SEGMENT_FIELD, WATCH_FIELD, WatchServer
 from .verl_host import VerlHost, VerlRollout
+from .verl_normaliser import install_normaliser, refuse_normaliser
 
 TESTED = {"verl": "0.9.1", "transferqueue": "0.1.11"}
 SUPPORTED = ">=0.9.1,<0.10"  # verl versions the integration is built for; others are refused when it is built
@@ -108,6 +109,7 @@ HOOKS = {
     ("PPOTrainer", "_add_prompts_to_generate"): ("self", "num_prompts"),
     ("PPOTrainer", "_save_checkpoint"): ("self",),
     ("PPOTrainer", "_load_checkpoint"): ("self",),
+    ("PPOTrainer", "_compute_advantage"): ("self", "batch", "metrics"),
 }
 # Source fragments whose absence means the contract moved: the trainer hands its refill method to the
 # sampler, submits through _next_train_batch, and the agent loop reads the per-prompt n from the batch.
@@ -116,12 +118,17 @@ SOURCE = {
     ("PPOTrainer", "_add_prompts_to_generate"): "self._next_train_batch(num_prompts)",
     ("PPOTrainer", "_add_batch_to_generate"): "self._next_train_batch()",
     ("AgentLoopWorkerTQ", "_run_prompt"): '"__rollout_n__"',
+    # the zero-variance normaliser: the agent loop writes loss_mask (the engines' token-mean denominator) as a
+    # TransferQueue field of its own, and the step computes advantages through the trainer's method
+    ("AgentLoopWorkerTQ", "_agent_loop_postprocess"): 'field["loss_mask"] = field["response_mask"]',
+    ("PPOTrainer", "_step_once"): "self._compute_advantage(batch, metrics=metrics)",
     # a checkpoint's folder, where the planner's state goes beside verl's (data.pt, actor/)
     ("PPOTrainer", "_save_checkpoint"): 'self.config.trainer.default_local_dir, f"global_step_{self.global_steps}"',
     ("PPOTrainer", "_load_checkpoint"): 'self.global_steps = int(global_step_folder.split("global_step_")[-1])',
 }
 STATE_FILE = "rollwise_planner.pt"  # the planner, its PromptHistory, RNG and ledger, in global_step_N/
-_OPTIONS = {"planner", "planner_options", "seed", "n", "success_threshold", "correct_field", "segment_tokens"}
+_OPTIONS = {"planner", "planner_options", "seed", "n", "success_threshold", "correct_field", "segment_tokens",
+            "drop_zero_adv"}
 
 
 def _owners() -> dict:
@@ -151,10 +158,12 @@ def check_verl() -> None:
         params = tuple(inspect.signature(fn).parameters)
         if params[: len(expected)] != expected:
             problems.append(f"{owner}.{name}{params} no longer starts with {expected}")
-    for (owner, name), fragment in SOURCE.items():
+    for (owner, name), fragments in SOURCE.items():
         fn = getattr(owners[owner], name, None)
-        if fn is None or fragment not in inspect.getsource(inspect.unwrap(fn)):
-            problems.append(f"{owner}.{name} no longer contains {fragment}")
+        source = inspect.getsource(inspect.unwrap(fn)) if fn is not None else ""
+        for fragment in (fragments,) if isinstance(fragments, str) else fragments:
+            if fragment not in source:
+                problems.append(f"{owner}.{name} no longer contains {fragment}")
     if problems:
         raise RuntimeError(f"rollwise's verl integration was written for verl {TESTED['verl']}; the installed verl "
                            f"{verl.__version__} changed what it relies on: " + "; ".join(problems))
@@ -193,6 +202,7 @@ class RollwiseReplayBuffer(ReplayBuffer):
         self.seed, self.n = int(opts.get("seed", 0)), opts.get("n")
         self.threshold, self.correct_field = float(opts.get("success_threshold", 1.0)), opts.get("correct_field")
         self.segment_tokens = int(opts.get("segment_tokens", 16))
+        self.drop_zero_adv = bool(opts.get("drop_zero_adv", False))
         self.trainer = trainer
         # refuse what verl cannot serve, by name, before any GPU work starts (the pool size is known only
         # once the trainer has built its dataset: a one-prompt stand-in pool here)
@@ -203,6 +213,10 @@ class RollwiseReplayBuffer(ReplayBuffer):
                                                                 self.watched, self.segment_tokens)
         trainer._next_train_batch = self._next_train_batch  # this trainer's prompts now come from the planner
         _checkpoint_with(trainer, self)  # and its checkpoints carry the planner's state
+        self.normaliser_log: list[dict] = []  # per step: rows and tokens the normaliser took out of the denominator
+        if self.drop_zero_adv:  # the zero-variance normaliser, after verl's own advantages (verl_normaliser.py)
+            refuse_normaliser(trainer.config, self.host_name)
+            install_normaliser(trainer, self.normaliser_log)
         self.host: VerlHost | None = None
         self.ledger = Ledger()  # rollwise's token accounting of this run, written by rollwise's StepDriver
         self.engine = TransferQueueEngine(self)
