@@ -58,6 +58,7 @@ CPU tests do) and a CPU stand-in for the rollout server; a full verl run needs G
 """
 from __future__ import annotations
 
+import copy
 import inspect
 import os
 import time
@@ -80,6 +81,7 @@ from ..run.driver import StepDriver
 from .host import LazyPool
 from .verl_agent_loop import AGENT_NAME, SEGMENT_FIELD, WATCH_FIELD, WatchServer
 from .verl_host import VerlHost, VerlRollout
+from .verl_async import ASYNC_MODES, clear_restored_round, refuse_async, skip_prepared_steps
 from .verl_normaliser import install_normaliser, refuse_normaliser
 
 TESTED = {"verl": "0.9.1", "transferqueue": "0.1.11"}
@@ -183,11 +185,13 @@ class RollwiseReplayBuffer(ReplayBuffer):
         super().__init__(trainer_mode, trainer_config, max_off_policy_threshold, max_off_policy_strategy,
                          sampler_kwargs, poll_interval=poll_interval, refill_fn=refill_fn, **kwargs)
         self.host_name = f"verl {verl.__version__} v1 trainer"
-        if trainer_mode != "sync":
-            raise ValueError(f"{self.host_name}: a rollwise planner runs in trainer_mode=sync only (got {trainer_mode!r}): "
-                             "the async modes train on stale, partly generated groups, outside a planner step")
+        if trainer_mode not in ("sync",) + ASYNC_MODES:
+            raise ValueError(f"{self.host_name}: a rollwise planner runs in trainer_mode sync, colocate_async or "
+                             f"separate_async (got {trainer_mode!r})")
+        self.ahead = trainer_mode in ASYNC_MODES  # the next step's first round goes out while this one trains
         if int((trainer_config or {}).get("parameter_sync_step", 1)) != 1:
-            raise ValueError(f"{self.host_name}: a rollwise planner needs parameter_sync_step=1 (one sample per step)")
+            raise ValueError(f"{self.host_name}: a rollwise planner needs trainer.v1.{trainer_mode}.parameter_sync_step=1 "
+                             "(one planner step per update)")
         trainer = getattr(refill_fn, "__self__", None)
         if trainer is None or not callable(getattr(trainer, "_next_train_batch", None)):
             raise ValueError(f"{self.host_name}: RollwiseReplayBuffer needs verl's refill_fn (the trainer's bound "
@@ -211,6 +215,9 @@ class RollwiseReplayBuffer(ReplayBuffer):
         self.watched = probe.planner.needs_inflight  # rounds go through rollwise's segmented agent loop
         self.correction = _refuse_what_this_config_cannot_serve(probe.planner, trainer.config, self.host_name,
                                                                 self.watched, self.segment_tokens)
+        if self.ahead:
+            refuse_async(probe.planner, trainer_mode, trainer_config, self.host_name)
+            skip_prepared_steps(trainer, self)  # prepare_step submits nothing for a step opened ahead
         trainer._next_train_batch = self._next_train_batch  # this trainer's prompts now come from the planner
         _checkpoint_with(trainer, self)  # and its checkpoints carry the planner's state
         self.normaliser_log: list[dict] = []  # per step: rows and tokens the normaliser took out of the denominator
@@ -228,6 +235,13 @@ class RollwiseReplayBuffer(ReplayBuffer):
         self._first: dict[int, str] = {}  # prompt id -> its first uid this step (where its merged group lives)
         self._step_uids: set[str] = set()  # every uid of the step
         self._queued: list[Request] = []  # a round waiting for refill_fn
+        self._version: dict[str, int] = {}  # uid -> the trainer's global step when its round was submitted
+        self._before_open: dict | None = None  # async modes: the planner's state before the open step opened
+        self._round_collected = False  # sample() is collecting the open step
+    @property
+    def step_open(self) -> bool:
+        """A step's rounds are out (async modes: between steps, the next step's first round)."""
+        return bool(self._step_uids)
 
     # ---- prompts in: the trainer's _next_train_batch ------------------------------------------
     def _next_train_batch(self, num_prompts: int | None = None):
@@ -235,20 +249,35 @@ class RollwiseReplayBuffer(ReplayBuffer):
         the round this sampler queued (num_prompts = its size, via refill_fn)."""
         if self.host is None:
             self.host = self._build_host()
-        if num_prompts is None:
+        if num_prompts is None or (self.ahead and not self._queued and not self._step_uids):
+            # a new step's first round: prepare_step's, or in the async modes verl's warmup (before step 1)
             if self._step_uids:
                 raise RuntimeError(f"{self.host_name}: a new step began before the last one was sampled")
-            self._wave = self.host.start(int(self.trainer.global_steps))
-            if not self._wave:
-                raise RuntimeError(f"planner {self.host.name!r} chose no prompt after a full pass over the pool")
-            self._submitted = True
-            requests = _requests(self._wave)
+            requests = self._open_step(int(self.trainer.global_steps))
         else:
             if num_prompts != len(self._queued):
                 raise RuntimeError(f"{self.host_name}: asked for {num_prompts} prompts, the planner queued "
                                    f"{len(self._queued)} (only this sampler may call refill_fn)")
             requests, self._queued = self._queued, []
         return self._batch(requests)
+
+    def _open_step(self, step: int) -> list[Request]:
+        """The planner opens `step`; its first round's requests (they go to verl with the caller's batch)."""
+        if self.ahead:  # what a checkpoint taken while this step is open holds (verl_async.py)
+            self._before_open = copy.deepcopy(self._state_dict())
+        self._wave = self.host.start(step)
+        if not self._wave:
+            raise RuntimeError(f"planner {self.host.name!r} chose no prompt after a full pass over the pool")
+        self._submitted = True
+        return _requests(self._wave)
+
+    def _open_next_step(self, global_steps: int) -> None:
+        """Async modes, at the end of step `global_steps`'s sample: the next step's first round goes to verl
+        now, to generate while this step trains (not after the last step)."""
+        last = getattr(self.trainer, "total_training_steps", None)
+        if last is not None and global_steps >= int(last):
+            return
+        self.trainer._submit_batch_to_rollout(self._batch(self._open_step(global_steps + 1)))
 
     def _build_host(self) -> VerlHost:
         cfg = self.trainer.config
@@ -264,9 +293,17 @@ class RollwiseReplayBuffer(ReplayBuffer):
     # ---- checkpoints: the planner's state in verl's global_step_N folder ------------------------
     def state_dict(self) -> dict:
         """The planner's state (components, PromptHistory, RNG, steps done) and the run's ledger: what a
-        resumed run needs to decide as the uninterrupted one would. Between steps only."""
+        resumed run needs to decide as the uninterrupted one would. Between steps only; in the async modes,
+        between steps the next step is open already, and its state from before it opened is returned."""
         if self._step_uids:
+            if self.ahead and self._before_open is not None and not self._round_collected:
+                return self._before_open
             raise RuntimeError(f"{self.host_name}: cannot save the planner in the middle of a step")
+        return self._state_dict()
+
+    def _state_dict(self) -> dict:
+        if self.host is None:
+            self.host = self._build_host()
         host = self.host if self.host is not None else self._build_host()
         return {"format": CKPT_FORMAT, "planner": self.spec, "options": self.options,
                 "host": host.state_dict(), "ledger": self.ledger.state_dict()}
@@ -280,6 +317,7 @@ class RollwiseReplayBuffer(ReplayBuffer):
         host.load_state_dict(state["host"])
         self.host = host
         self.ledger.load_state_dict(state["ledger"])
+        self._before_open = None
 
     def save_state(self, folder: str) -> str:
         """Write the state into a checkpoint folder (plain data: it loads without running code)."""
@@ -320,6 +358,7 @@ class RollwiseReplayBuffer(ReplayBuffer):
         tu.assign_non_tensor_data(td, "global_steps", self.trainer.global_steps)
         self._round = dict(zip(uids, requests))
         for uid, r in zip(uids, requests):
+            self._version[uid] = int(self.trainer.global_steps)
             self._first.setdefault(r.prompt.id, uid)
             self._step_uids.add(uid)
         return td
@@ -330,13 +369,17 @@ class RollwiseReplayBuffer(ReplayBuffer):
             return super().sample(global_steps, partition_id, batch_size)
         if not self._step_uids:
             raise RuntimeError(f"{self.host_name}: sample() before any prompt was submitted through the planner")
+        self._round_collected = True  # the open step is being sampled: its pre-open state is no longer a checkpoint
         rows, metrics, refs = self._collect()
         self._save_what_components_keep(refs, partition_id)
         keep = self._write_batch(rows, partition_id)
         self._sync_metadata_from_transfer_queue()
         meta = self._materialize_batch(partition_id, keep, dict(self.partitions[partition_id]))
-        self._first, self._step_uids = {}, set()
+        self._first, self._step_uids, self._version = {}, set(), {}
+        self._round_collected, self._before_open = False, None
         self.log.append(metrics)
+        if self.ahead:
+            self._open_next_step(global_steps)
         return meta, {f"training/rollwise/{k}": float(v) for k, v in metrics.items() if k != "step"}
 
     def _collect(self):
@@ -472,7 +515,8 @@ class RollwiseReplayBuffer(ReplayBuffer):
                 correct = (_extra_value(s["extra"], self.correct_field) if self.correct_field else s["reward"]) \
                     >= self.threshold
                 ro = VerlRollout(r.prompt.id, s["length"], bool(correct), s["reward"], purpose=r.purpose,
-                                 policy_version=int(self.trainer.global_steps), keys=tuple(s["keys"]))
+                                 policy_version=self._version.get(uid, int(self.trainer.global_steps)),
+                                 keys=tuple(s["keys"]))
                 for d in decisions.get((uid, j), []):  # as StepDriver._decide and the engine's stop do
                     ro.meta.update(d.meta or {})
                     if d.weight is not None:
@@ -549,6 +593,8 @@ def _checkpoint_with(trainer, buffer: RollwiseReplayBuffer) -> None:
         folder = _resumed_folder(trainer)
         if folder is not None:
             buffer.load_state(folder)
+            if buffer.ahead:  # verl restored the open step's first round; the planner opens it again
+                clear_restored_round(trainer)
         return out
 
     trainer._save_checkpoint, trainer._load_checkpoint = _save_checkpoint, _load_checkpoint
