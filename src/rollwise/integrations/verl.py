@@ -34,9 +34,14 @@ How it hooks in (the choices, and why):
   segmented agent loop (verl_agent_loop.py): sessions generate in segments of `segment_tokens`, and the
   round's watcher, held by a Ray actor, is consulted between them. Pruned sessions are charged as
   pruned and leave their group; a row kept with an importance weight gets it as `rollout_is_weights`.
-* Refused, by name, at build time: trainer modes other than "sync" (the async modes sample stale,
-  partly generated groups, which the planner's step model does not describe), `parameter_sync_step`
-  != 1, verl's own `algorithm.filter_groups` (filtering would happen twice), response reuse without
+* verl's async trainers (`colocate_async`, `separate_async`) run the planner one step ahead
+  (verl_async.py): at the end of `sample`, the next step opens and its first round goes to verl, to
+  generate while this step trains; the planner still decides each step after the last one's outcomes.
+* The zero-variance loss normaliser (`drop_zero_adv`, verl_normaliser.py) runs after verl's own
+  `_compute_advantage` (on that trainer instance): zero-advantage rows leave `loss_mask`, the engines'
+  token-mean denominator.
+* Refused, by name, at build time: trainer modes other than sync, colocate_async and separate_async,
+  `parameter_sync_step` != 1, what the async modes cannot run (verl_async.py), verl's own `algorithm.filter_groups` (filtering would happen twice), response reuse without
   behaviour log-probs (`calculate_log_probs=false`), a watcher's weights together with
   `rollout_correction.rollout_is` (both write `rollout_is_weights`), and components verl cannot serve
   (integrations/verl_host.py): the policy in this process (hive, dots, spec-rl), hidden states in
@@ -112,6 +117,8 @@ HOOKS = {
     ("PPOTrainer", "_save_checkpoint"): ("self",),
     ("PPOTrainer", "_load_checkpoint"): ("self",),
     ("PPOTrainer", "_compute_advantage"): ("self", "batch", "metrics"),
+    ("PPOTrainer", "_add_batch_to_generate"): ("self",),
+    ("PPOTrainer", "_submit_batch_to_rollout"): ("self", "batch"),
 }
 # Source fragments whose absence means the contract moved: the trainer hands its refill method to the
 # sampler, submits through _next_train_batch, and the agent loop reads the per-prompt n from the batch.
@@ -124,9 +131,13 @@ SOURCE = {
     # TransferQueue field of its own, and the step computes advantages through the trainer's method
     ("AgentLoopWorkerTQ", "_agent_loop_postprocess"): 'field["loss_mask"] = field["response_mask"]',
     ("PPOTrainer", "_step_once"): "self._compute_advantage(batch, metrics=metrics)",
+    # the async modes (verl_async.py): verl's warmup submits through refill_fn's method
+    ("PPOTrainer", "_add_async_warmup_batches"): "self._add_prompts_to_generate(missing_prompts)",
     # a checkpoint's folder, where the planner's state goes beside verl's (data.pt, actor/)
     ("PPOTrainer", "_save_checkpoint"): 'self.config.trainer.default_local_dir, f"global_step_{self.global_steps}"',
-    ("PPOTrainer", "_load_checkpoint"): 'self.global_steps = int(global_step_folder.split("global_step_")[-1])',
+    # (and, in the async modes, restores TransferQueue there: the buffer then clears the restored round)
+    ("PPOTrainer", "_load_checkpoint"): ('self.global_steps = int(global_step_folder.split("global_step_")[-1])',
+                                         "tq.load_checkpoint(tq_ckpt_path)"),
 }
 STATE_FILE = "rollwise_planner.pt"  # the planner, its PromptHistory, RNG and ledger, in global_step_N/
 _OPTIONS = {"planner", "planner_options", "seed", "n", "success_threshold", "correct_field", "segment_tokens",
