@@ -255,3 +255,21 @@ def test_april_stays_refused_in_every_mode():
         with pytest.raises(ValueError, match="april carries unfinished rows to the next step"):
             rv.RollwiseReplayBuffer(mode, OmegaConf.create({}), None, "drop", {"planner": "april"},
                                     refill_fn=trainer._add_prompts_to_generate)
+
+
+@pytest.mark.parametrize("mode", ["colocate_async", "separate_async"])
+def test_verls_own_build_replay_buffer_loads_it_in_the_async_modes(mode):
+    """verl's _build_replay_buffer with the keys of docs/integrations.md's async command."""
+    trainer = make_trainer()
+    trainer.trainer_mode = mode
+    trainer.config = OmegaConf.merge(trainer.config, OmegaConf.create({"trainer": {"v1": {
+        "trainer_mode": mode, mode: {"num_warmup_batches": 1, "parameter_sync_step": 1},
+        "sampler": {"max_off_policy_threshold": 8, "max_off_policy_strategy": "drop",
+                    "custom_sampler": {"path": "pkg://rollwise.integrations.verl", "name": "RollwiseReplayBuffer"},
+                    "sampler_kwargs": {"planner": "pods+ar3po", "planner_options": PODS_AR3PO,
+                                       "drop_zero_adv": True}}}}}))
+    trainer._compute_advantage = PPOTrainer._compute_advantage.__get__(trainer)
+    buffer = PPOTrainer._build_replay_buffer.__get__(trainer)()
+    assert isinstance(buffer, rv.RollwiseReplayBuffer) and buffer.ahead and buffer.drop_zero_adv
+    assert trainer._next_train_batch == buffer._next_train_batch
+    assert "_add_batch_to_generate" in vars(trainer) and "_compute_advantage" in vars(trainer)
