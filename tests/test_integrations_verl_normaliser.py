@@ -175,6 +175,8 @@ def test_the_buffer_installs_the_normaliser_on_its_trainer_only(transfer_queue):
     ("algorithm.use_kl_in_reward", True, "use_kl_in_reward=true"),
     ("algorithm.adv_estimator", "gae", "adv_estimator=gae"),
     ("algorithm.adv_estimator", "reinforce_plus_plus", "group baseline"),
+    ("actor_rollout_ref.actor.policy_loss.loss_mode", "dro", "loss_mode=dro: a zero-advantage row adds 0"),
+    ("actor_rollout_ref.actor.policy_loss.loss_mode", "kl_cov", "loss_mode=kl_cov"),
 ])
 def test_settings_where_the_normaliser_is_not_that_step_are_refused_in_one_line(setting, value, words):
     trainer = advantage_trainer()

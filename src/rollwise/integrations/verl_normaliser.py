@@ -21,8 +21,9 @@ unchanged and its denominator counts only the tokens of rows with signal: the st
 takes (tests/test_integrations_verl_normaliser.py checks it against verl's own functions).
 
 Refused, in one line naming the setting, where the normaliser would not be that step: a loss
-aggregation other than `token-mean` (only it reads `batch_num_tokens`), a KL loss or an entropy bonus
-(a zero-advantage row still carries their gradient), KL in the reward (equal outcome rewards are then
+aggregation other than `token-mean` (only it reads `batch_num_tokens`), a KL loss, an entropy bonus or
+a policy loss with a term beyond advantage × factor (`dro`, `kl_cov`; a zero-advantage row still carries
+their gradient), KL in the reward (equal outcome rewards are then
 not equal rewards), and estimators without a group baseline (equal rewards give zero advantages only
 with one).
 """
@@ -34,6 +35,10 @@ import torch
 
 # verl estimators whose advantage of a group with equal rewards is 0 (a group baseline)
 GROUP_BASELINE = ("grpo", "grpo_vectorized", "rloo", "rloo_vectorized")
+# verl policy losses whose per-token loss is the advantage times a factor (read in verl 0.9.1's core_algos), so
+# a zero-advantage row adds exactly 0; dro (a log-ratio penalty) and kl_cov (a KL penalty) do not, and
+# clip_cov and bypass_mode are not read here
+ADVANTAGE_PROPORTIONAL = ("vanilla", "gspo", "sapo", "gpg", "geo_mean", "cispo", "dppo_tv", "dppo_kl")
 
 
 def refuse_normaliser(cfg, host: str) -> None:
@@ -50,6 +55,10 @@ def refuse_normaliser(cfg, host: str) -> None:
     if agg != "token-mean":
         raise ValueError(f"{host}: drop_zero_adv changes the token-mean denominator, which "
                          f"actor_rollout_ref.actor.loss_agg_mode={agg} does not read; use token-mean or drop it")
+    mode = get("actor_rollout_ref.actor.policy_loss.loss_mode", "vanilla")
+    if mode not in ADVANTAGE_PROPORTIONAL:
+        raise ValueError(f"{host}: drop_zero_adv with actor_rollout_ref.actor.policy_loss.loss_mode={mode}: a "
+                         f"zero-advantage row adds 0 to the loss only in {ADVANTAGE_PROPORTIONAL}")
     if get("actor_rollout_ref.actor.use_kl_loss", False):
         raise ValueError(f"{host}: drop_zero_adv with actor_rollout_ref.actor.use_kl_loss=true: a zero-advantage row "
                          "still carries the KL gradient (rollwise's learner ignores drop_zero_adv there)")
