@@ -13,7 +13,6 @@ Skipped unless verl's v1 trainer and transferqueue are installed (`bash scripts/
 from types import SimpleNamespace
 
 import pytest
-import torch
 
 tq = pytest.importorskip("transfer_queue", exc_type=ImportError)
 trainer_base = pytest.importorskip("verl.trainer.ppo.v1.trainer_base", exc_type=ImportError)
@@ -50,7 +49,7 @@ class HeldLoop(ScriptAgentLoop):
             super().generate_sequences(batch)
 
 
-def async_trainer(mode, loop, pool=16, B=4, n=2, steps=None, out=None, warmup=1):
+def async_trainer(mode, loop, pool=16, B=4, n=2, steps=None, out=None):
     trainer = make_trainer(train_batch_size=B, n=n)
     trainer.train_dataset = trainer.train_dataset[:pool]
     trainer.trainer_mode = mode

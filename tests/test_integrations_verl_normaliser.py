@@ -16,7 +16,6 @@ trainer_base = pytest.importorskip("verl.trainer.ppo.v1.trainer_base", exc_type=
 core_algos = pytest.importorskip("verl.trainer.ppo.core_algos", exc_type=ImportError)
 
 from omegaconf import OmegaConf  # noqa: E402
-from tensordict import NonTensorStack, TensorDict  # noqa: E402
 from transfer_queue import KVBatchMeta  # noqa: E402
 
 from rollwise.integrations.verl_normaliser import install_normaliser, refuse_normaliser, zero_adv_rows  # noqa: E402

@@ -41,9 +41,11 @@ How it hooks in (the choices, and why):
   `_compute_advantage` (on that trainer instance): zero-advantage rows leave `loss_mask`, the engines'
   token-mean denominator.
 * Refused, by name, at build time: trainer modes other than sync, colocate_async and separate_async,
-  `parameter_sync_step` != 1, what the async modes cannot run (verl_async.py), verl's own `algorithm.filter_groups` (filtering would happen twice), response reuse without
-  behaviour log-probs (`calculate_log_probs=false`), a watcher's weights together with
-  `rollout_correction.rollout_is` (both write `rollout_is_weights`), and components verl cannot serve
+  `parameter_sync_step` != 1, what the async modes cannot run (verl_async.py), verl's own
+  `algorithm.filter_groups` (filtering would happen twice), response reuse without behaviour log-probs
+  (`calculate_log_probs=false`), a watcher's weights together with `rollout_correction.rollout_is`
+  (both write `rollout_is_weights`), the normaliser where it is not rollwise's step (verl_normaliser.py),
+  and components verl cannot serve
   (integrations/verl_host.py): the policy in this process (hive, dots, spec-rl), hidden states in
   flight (arrol), rows resumed from their tokens or carried across steps (treepo, april), per-step
   sampling parameters (e3).
@@ -249,6 +251,7 @@ class RollwiseReplayBuffer(ReplayBuffer):
         self._version: dict[str, int] = {}  # uid -> the trainer's global step when its round was submitted
         self._before_open: dict | None = None  # async modes: the planner's state before the open step opened
         self._round_collected = False  # sample() is collecting the open step
+
     @property
     def step_open(self) -> bool:
         """A step's rounds are out (async modes: between steps, the next step's first round)."""
@@ -313,8 +316,6 @@ class RollwiseReplayBuffer(ReplayBuffer):
         return self._state_dict()
 
     def _state_dict(self) -> dict:
-        if self.host is None:
-            self.host = self._build_host()
         host = self.host if self.host is not None else self._build_host()
         return {"format": CKPT_FORMAT, "planner": self.spec, "options": self.options,
                 "host": host.state_dict(), "ledger": self.ledger.state_dict()}
