@@ -235,15 +235,13 @@ def test_an_async_checkpoint_resumes_as_the_uninterrupted_run(transfer_queue, tm
     ("colocate_async", {"num_warmup_batches": 0.5}, "uniform", r"num_warmup_batches=0.5"),
     ("separate_async", {"parameter_sync_step": 4}, "uniform", r"separate_async.parameter_sync_step=1"),
     ("separate_async", {"hybrid_rollout": {"enable_switch": True}}, "uniform", r"enable_switch=true"),
-    ("colocate_async", {}, "duet-abort", r"duet-abort stops samples in flight, which runs in trainer_mode=sync only"),
 ])
 def test_what_an_async_mode_cannot_run_is_refused_in_one_line(mode, config, planner, words):
     trainer = make_trainer()
     trainer.trainer_mode = mode
     with pytest.raises(ValueError, match=words) as e:
         rv.RollwiseReplayBuffer(mode, OmegaConf.create(config), None, "drop",
-                                {"planner": planner, **({"planner_options": {"duet-abort": {"marker": [7]}}}
-                                                        if planner == "duet-abort" else {})},
+                                {"planner": planner},
                                 refill_fn=trainer._add_prompts_to_generate)
     assert "\n" not in str(e.value)
 
@@ -272,3 +270,70 @@ def test_verls_own_build_replay_buffer_loads_it_in_the_async_modes(mode):
     assert isinstance(buffer, rv.RollwiseReplayBuffer) and buffer.ahead and buffer.drop_zero_adv
     assert trainer._next_train_batch == buffer._next_train_batch
     assert "_add_batch_to_generate" in vars(trainer) and "_compute_advantage" in vars(trainer)
+
+
+def test_in_flight_abort_one_step_ahead_decides_as_in_the_sync_trainer(transfer_queue):
+    """duet-abort in separate_async: the watcher of step t + 1's first round is opened when the round goes out
+    (at the end of step t's sample) and consulted while it generates during the update; three steps give the
+    same trained rows, pruned rows, charges and DUET counts as verl's sync trainer with the same seed."""
+    import asyncio
+
+    from test_integrations_verl_abort import DUET, SegmentedAgentLoop
+
+    class HeldSegmented(SegmentedAgentLoop):
+        def __init__(self):
+            super().__init__()
+            self.held = []
+            self.submitted = []
+
+        def generate_sequences(self, batch):
+            self.held.append(batch)
+            self.submitted.append(int(batch["global_steps"]))
+
+        def run(self):
+            held, self.held = self.held, []
+            for batch in held:
+                asyncio.run(self._run(batch))
+
+    def steps(trainer, buffer, mode):
+        out = []
+        if mode != "sync":
+            trainer.global_steps = 1
+            trainer._add_async_warmup_batches(1)
+        for step in (1, 2, 3):
+            trainer.global_steps = step
+            trainer.prepare_step()
+            if mode == "sync":
+                trainer.agent_loop_manager.run()
+            meta, metrics = buffer.sample(global_steps=step, partition_id="train", batch_size=2)
+            data = tq.kv_batch_get(keys=list(meta.keys), partition_id="train", select_fields=["index", "responses"])
+            groups = {}
+            for k in range(len(meta.keys)):
+                groups.setdefault(int(data["index"][k]), []).append(data["responses"][k].tolist())
+            out.append(({p: sorted(r) for p, r in groups.items()},
+                        {k: v for k, v in metrics.items() if "duet/" in k or "tokens_" in k}))
+            trainer.agent_loop_manager.run()  # the next step's first round generates during the update
+            tq.kv_clear(keys=list(meta.keys), partition_id="train")
+        return out
+
+    runs = {}
+    for mode in ("sync", "separate_async"):
+        loop = HeldSegmented()
+        trainer = async_trainer(mode, loop, pool=2, B=2, n=2, steps=3)
+        buffer = rv.RollwiseReplayBuffer(
+            trainer_mode=mode, trainer_config=OmegaConf.create({"num_warmup_batches": 1} if mode != "sync" else {}),
+            max_off_policy_threshold=None, max_off_policy_strategy="drop",
+            sampler_kwargs=OmegaConf.create({"planner": "duet-abort", "seed": 3, "planner_options": DUET,
+                                             "segment_tokens": 1}),
+            poll_interval=0.01, refill_fn=trainer._add_prompts_to_generate)
+        buffer._wait_for_next_poll = lambda partition_id, last, loop=loop: (loop.run(), last)[1]
+        runs[mode] = (steps(trainer, buffer, mode), loop, buffer)
+    (sync, sloop, sbuf), (ahead, aloop, abuf) = runs["sync"], runs["separate_async"]
+    assert ahead == sync
+    assert sum(m.get("training/rollwise/duet/stopped", 0) + m.get("training/rollwise/duet/pruned", 0)
+               for _, m in sync) > 0  # the watcher acted
+    assert aloop.submitted == [1, 1, 2] and sloop.submitted == [1, 2, 3]  # one step ahead
+    for fate in ("trained", "discarded", "pruned", "scored"):
+        assert abuf.ledger.count(fate=fate) == sbuf.ledger.count(fate=fate), fate
+    assert aloop.server.decoded == sloop.server.decoded == abuf.ledger.count()
+    assert not train_keys_left()

@@ -25,18 +25,22 @@ saves the planner's state as it was before that step opened (taken when it opene
 clears the TransferQueue partition verl restored (the in-flight round, which verl would re-issue
 without the planner): the restored planner opens the step again and draws the same round.
 
+In-flight watchers (DUET's abort) run too: the first round's watcher is opened when the round goes out
+and consulted while it generates during the update. Each segment of rollwise's segmented agent loop is
+one call of verl's client, and verl's partial-rollout client resumes an aborted call within that call's
+own `max_tokens`, so a segment that spans a weight sync ends where it would have.
+
 Refused, in one line each: `num_warmup_batches` other than 0 or 1 (a deeper prefetch would choose
-step t + 2 before step t's outcomes), separate_async's `hybrid_rollout.enable_switch` (it lends the
+step t + 2 before step t's outcomes) and separate_async's `hybrid_rollout.enable_switch` (it lends the
 training GPUs to generation until N groups of any step are sampleable; a planner step waits for its
-own rounds), and in-flight watchers (rollwise's segmented agent loop has not been run under verl's
-partial-rollout client, which aborts and resumes requests across weight updates).
+own rounds).
 """
 from __future__ import annotations
 
 ASYNC_MODES = ("colocate_async", "separate_async")
 
 
-def refuse_async(planner, trainer_mode: str, trainer_config, host: str) -> None:
+def refuse_async(trainer_mode: str, trainer_config, host: str) -> None:
     """One line naming what an async mode cannot run with a rollwise planner."""
     cfg = trainer_config or {}
     warm = cfg.get("num_warmup_batches", 1)
@@ -49,11 +53,6 @@ def refuse_async(planner, trainer_mode: str, trainer_config, host: str) -> None:
         raise ValueError(f"{host}: trainer.v1.{trainer_mode}.hybrid_rollout.enable_switch=true with a rollwise planner: "
                          "the switch waits until N groups of any step are sampleable, a planner step waits for its "
                          "own rounds")
-    watchers = [c.name for c in planner.components if c.needs_inflight]
-    if watchers:
-        raise ValueError(f"{host}: {', '.join(watchers)} stops samples in flight, which runs in trainer_mode=sync only: "
-                         f"rollwise's segmented agent loop is untested under {trainer_mode}'s partial-rollout client "
-                         "(requests aborted and resumed across weight updates)")
 
 
 def skip_prepared_steps(trainer, buffer) -> None:
