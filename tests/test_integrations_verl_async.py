@@ -231,6 +231,7 @@ def test_an_async_checkpoint_resumes_as_the_uninterrupted_run(transfer_queue, tm
 
 
 @pytest.mark.parametrize("mode,config,planner,words", [
+    ("separate_async", {"max_off_policy_threshold": 1}, "uniform", r"max_off_policy_threshold=1 .* span of 2"),
     ("separate_async", {"num_warmup_batches": 2}, "uniform", r"num_warmup_batches=2 .* one step ahead"),
     ("colocate_async", {"num_warmup_batches": 0.5}, "uniform", r"num_warmup_batches=0.5"),
     ("separate_async", {"parameter_sync_step": 4}, "uniform", r"separate_async.parameter_sync_step=1"),
@@ -239,8 +240,9 @@ def test_an_async_checkpoint_resumes_as_the_uninterrupted_run(transfer_queue, tm
 def test_what_an_async_mode_cannot_run_is_refused_in_one_line(mode, config, planner, words):
     trainer = make_trainer()
     trainer.trainer_mode = mode
+    threshold = config.pop("max_off_policy_threshold", None)
     with pytest.raises(ValueError, match=words) as e:
-        rv.RollwiseReplayBuffer(mode, OmegaConf.create(config), None, "drop",
+        rv.RollwiseReplayBuffer(mode, OmegaConf.create(config), threshold, "drop",
                                 {"planner": planner},
                                 refill_fn=trainer._add_prompts_to_generate)
     assert "\n" not in str(e.value)

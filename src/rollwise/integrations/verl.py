@@ -229,7 +229,7 @@ class RollwiseReplayBuffer(ReplayBuffer):
         self.correction = _refuse_what_this_config_cannot_serve(probe.planner, trainer.config, self.host_name,
                                                                 self.watched, self.segment_tokens)
         if self.ahead:
-            refuse_async(trainer_mode, trainer_config, self.host_name)
+            refuse_async(trainer_mode, trainer_config, max_off_policy_threshold, self.host_name)
             skip_prepared_steps(trainer, self)  # prepare_step submits nothing for a step opened ahead
         trainer._next_train_batch = self._next_train_batch  # this trainer's prompts now come from the planner
         _checkpoint_with(trainer, self)  # and its checkpoints carry the planner's state

@@ -30,7 +30,11 @@ and consulted while it generates during the update. Each segment of rollwise's s
 one call of verl's client, and verl's partial-rollout client resumes an aborted call within that call's
 own `max_tokens`, so a segment that spans a weight sync ends where it would have.
 
-Refused, in one line each: `num_warmup_batches` other than 0 or 1 (a deeper prefetch would choose
+verl's `max_off_policy_threshold` is not otherwise applied: a step trains only its own rounds, the
+first submitted one step earlier (a span of 2 in verl's count), the rest in the step.
+
+Refused, in one line each: `max_off_policy_threshold=1` (it would drop every first round),
+`num_warmup_batches` other than 0 or 1 (a deeper prefetch would choose
 step t + 2 before step t's outcomes) and separate_async's `hybrid_rollout.enable_switch` (it lends the
 training GPUs to generation until N groups of any step are sampleable; a planner step waits for its
 own rounds).
@@ -40,9 +44,13 @@ from __future__ import annotations
 ASYNC_MODES = ("colocate_async", "separate_async")
 
 
-def refuse_async(trainer_mode: str, trainer_config, host: str) -> None:
+def refuse_async(trainer_mode: str, trainer_config, max_off_policy_threshold, host: str) -> None:
     """One line naming what an async mode cannot run with a rollwise planner."""
     cfg = trainer_config or {}
+    if max_off_policy_threshold is not None and int(max_off_policy_threshold) < 2:
+        raise ValueError(f"{host}: trainer.v1.sampler.max_off_policy_threshold={max_off_policy_threshold} with a rollwise "
+                         f"planner in {trainer_mode}: a step's first round is submitted one step before it trains "
+                         "(a span of 2 in verl's count); set it >= 2 or null, or use trainer_mode=sync")
     warm = cfg.get("num_warmup_batches", 1)
     if warm not in (0, 1):
         raise ValueError(f"{host}: trainer.v1.{trainer_mode}.num_warmup_batches={warm} with a rollwise planner: it "
