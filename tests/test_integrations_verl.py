@@ -195,7 +195,7 @@ def test_verl_builds_the_buffer_from_the_documented_config():
 
 def test_refuses_async_modes_double_filtering_and_a_missing_trainer():
     trainer = make_trainer()
-    with pytest.raises(ValueError, match="trainer_mode=sync only"):
+    with pytest.raises(ValueError, match="runs in trainer_mode sync, colocate_async or separate_async .got 'async'"):
         rv.RollwiseReplayBuffer("async", OmegaConf.create({}), None, "drop", {"planner": "dapo"},
                                 refill_fn=trainer._add_prompts_to_generate)
     with pytest.raises(ValueError, match="needs verl's refill_fn"):

@@ -240,3 +240,22 @@ def test_rollwise_agent_loop_runs_in_verl_agent_loop_machinery(transfer_queue):
     decisions, _ = ray.get(watch.close.remote())
     assert [d.action for d in decisions[("u", 1)]] == ["pruned"]
     ray.kill(watch)
+
+
+def test_segments_carry_the_weight_versions_verls_trainer_reads():
+    """verl's trainer reads every trajectory's min/max_global_steps (the weight versions it was generated
+    across; verl's own single-turn loop passes the server's on): a watched session reports the first
+    segment's min and the last segment's max."""
+    versions = iter([(3, 3), (3, 4), (4, 4)])
+
+    async def generate(*, request_id, prompt_ids, sampling_params):
+        lo, hi = next(versions)
+        n = int(sampling_params["max_tokens"])
+        return TokenOutput(token_ids=list(range(n)), log_probs=[-0.1] * n, stop_reason="length",
+                           extra_fields={"global_steps": hi, "min_global_steps": lo, "max_global_steps": hi})
+
+    async def keep(tokens):
+        return "keep"
+
+    got = asyncio.run(generate_segmented(generate, "r", [1, 2], {}, 12, 4, keep))
+    assert (got.segments, got.finish, got.min_global_steps, got.max_global_steps) == (3, "length", 3, 4)

@@ -34,11 +34,18 @@ How it hooks in (the choices, and why):
   segmented agent loop (verl_agent_loop.py): sessions generate in segments of `segment_tokens`, and the
   round's watcher, held by a Ray actor, is consulted between them. Pruned sessions are charged as
   pruned and leave their group; a row kept with an importance weight gets it as `rollout_is_weights`.
-* Refused, by name, at build time: trainer modes other than "sync" (the async modes sample stale,
-  partly generated groups, which the planner's step model does not describe), `parameter_sync_step`
-  != 1, verl's own `algorithm.filter_groups` (filtering would happen twice), response reuse without
-  behaviour log-probs (`calculate_log_probs=false`), a watcher's weights together with
-  `rollout_correction.rollout_is` (both write `rollout_is_weights`), and components verl cannot serve
+* verl's async trainers (`colocate_async`, `separate_async`) run the planner one step ahead
+  (verl_async.py): at the end of `sample`, the next step opens and its first round goes to verl, to
+  generate while this step trains; the planner still decides each step after the last one's outcomes.
+* The zero-variance loss normaliser (`drop_zero_adv`, verl_normaliser.py) runs after verl's own
+  `_compute_advantage` (on that trainer instance): zero-advantage rows leave `loss_mask`, the engines'
+  token-mean denominator.
+* Refused, by name, at build time: trainer modes other than sync, colocate_async and separate_async,
+  `parameter_sync_step` != 1, what the async modes cannot run (verl_async.py), verl's own
+  `algorithm.filter_groups` (filtering would happen twice), response reuse without behaviour log-probs
+  (`calculate_log_probs=false`), a watcher's weights together with `rollout_correction.rollout_is`
+  (both write `rollout_is_weights`), the normaliser where it is not rollwise's step (verl_normaliser.py),
+  and components verl cannot serve
   (integrations/verl_host.py): the policy in this process (hive, dots, spec-rl), hidden states in
   flight (arrol), rows resumed from their tokens or carried across steps (treepo, april), per-step
   sampling parameters (e3).
@@ -52,12 +59,13 @@ How it hooks in (the choices, and why):
 `sampler_kwargs`: planner (spec, required), planner_options ({component: kwargs}), seed (0), n (default
 `actor_rollout_ref.rollout.n`), success_threshold (1.0), correct_field (a `reward_extra_info` key such
 as "acc" to judge correctness by; default: the summed reward), segment_tokens (16: tokens per segment
-for a watched planner).
+for a watched planner), drop_zero_adv (false: the zero-variance loss normaliser, verl_normaliser.py).
 Tested on CPU against a real TransferQueue with verl's trainer methods bound to a stub (as verl's own
 CPU tests do) and a CPU stand-in for the rollout server; a full verl run needs GPUs and is untested here.
 """
 from __future__ import annotations
 
+import copy
 import inspect
 import os
 import time
@@ -80,6 +88,8 @@ from ..run.driver import StepDriver
 from .host import LazyPool
 from .verl_agent_loop import AGENT_NAME, SEGMENT_FIELD, WATCH_FIELD, WatchServer
 from .verl_host import VerlHost, VerlRollout
+from .verl_async import ASYNC_MODES, clear_restored_round, refuse_async, skip_prepared_steps
+from .verl_normaliser import install_normaliser, refuse_normaliser
 
 TESTED = {"verl": "0.9.1", "transferqueue": "0.1.11"}
 SUPPORTED = ">=0.9.1,<0.10"  # verl versions the integration is built for; others are refused when it is built
@@ -108,6 +118,9 @@ HOOKS = {
     ("PPOTrainer", "_add_prompts_to_generate"): ("self", "num_prompts"),
     ("PPOTrainer", "_save_checkpoint"): ("self",),
     ("PPOTrainer", "_load_checkpoint"): ("self",),
+    ("PPOTrainer", "_compute_advantage"): ("self", "batch", "metrics"),
+    ("PPOTrainer", "_add_batch_to_generate"): ("self",),
+    ("PPOTrainer", "_submit_batch_to_rollout"): ("self", "batch"),
 }
 # Source fragments whose absence means the contract moved: the trainer hands its refill method to the
 # sampler, submits through _next_train_batch, and the agent loop reads the per-prompt n from the batch.
@@ -116,12 +129,21 @@ SOURCE = {
     ("PPOTrainer", "_add_prompts_to_generate"): "self._next_train_batch(num_prompts)",
     ("PPOTrainer", "_add_batch_to_generate"): "self._next_train_batch()",
     ("AgentLoopWorkerTQ", "_run_prompt"): '"__rollout_n__"',
+    # the zero-variance normaliser: the agent loop writes loss_mask (the engines' token-mean denominator) as a
+    # TransferQueue field of its own, and the step computes advantages through the trainer's method
+    ("AgentLoopWorkerTQ", "_agent_loop_postprocess"): 'field["loss_mask"] = field["response_mask"]',
+    ("PPOTrainer", "_step_once"): "self._compute_advantage(batch, metrics=metrics)",
+    # the async modes (verl_async.py): verl's warmup submits through refill_fn's method
+    ("PPOTrainer", "_add_async_warmup_batches"): "self._add_prompts_to_generate(missing_prompts)",
     # a checkpoint's folder, where the planner's state goes beside verl's (data.pt, actor/)
     ("PPOTrainer", "_save_checkpoint"): 'self.config.trainer.default_local_dir, f"global_step_{self.global_steps}"',
-    ("PPOTrainer", "_load_checkpoint"): 'self.global_steps = int(global_step_folder.split("global_step_")[-1])',
+    # (and, in the async modes, restores TransferQueue there: the buffer then clears the restored round)
+    ("PPOTrainer", "_load_checkpoint"): ('self.global_steps = int(global_step_folder.split("global_step_")[-1])',
+                                         "tq.load_checkpoint(tq_ckpt_path)"),
 }
 STATE_FILE = "rollwise_planner.pt"  # the planner, its PromptHistory, RNG and ledger, in global_step_N/
-_OPTIONS = {"planner", "planner_options", "seed", "n", "success_threshold", "correct_field", "segment_tokens"}
+_OPTIONS = {"planner", "planner_options", "seed", "n", "success_threshold", "correct_field", "segment_tokens",
+            "drop_zero_adv"}
 
 
 def _owners() -> dict:
@@ -151,10 +173,12 @@ def check_verl() -> None:
         params = tuple(inspect.signature(fn).parameters)
         if params[: len(expected)] != expected:
             problems.append(f"{owner}.{name}{params} no longer starts with {expected}")
-    for (owner, name), fragment in SOURCE.items():
+    for (owner, name), fragments in SOURCE.items():
         fn = getattr(owners[owner], name, None)
-        if fn is None or fragment not in inspect.getsource(inspect.unwrap(fn)):
-            problems.append(f"{owner}.{name} no longer contains {fragment}")
+        source = inspect.getsource(inspect.unwrap(fn)) if fn is not None else ""
+        for fragment in (fragments,) if isinstance(fragments, str) else fragments:
+            if fragment not in source:
+                problems.append(f"{owner}.{name} no longer contains {fragment}")
     if problems:
         raise RuntimeError(f"rollwise's verl integration was written for verl {TESTED['verl']}; the installed verl "
                            f"{verl.__version__} changed what it relies on: " + "; ".join(problems))
@@ -174,11 +198,13 @@ class RollwiseReplayBuffer(ReplayBuffer):
         super().__init__(trainer_mode, trainer_config, max_off_policy_threshold, max_off_policy_strategy,
                          sampler_kwargs, poll_interval=poll_interval, refill_fn=refill_fn, **kwargs)
         self.host_name = f"verl {verl.__version__} v1 trainer"
-        if trainer_mode != "sync":
-            raise ValueError(f"{self.host_name}: a rollwise planner runs in trainer_mode=sync only (got {trainer_mode!r}): "
-                             "the async modes train on stale, partly generated groups, outside a planner step")
+        if trainer_mode not in ("sync",) + ASYNC_MODES:
+            raise ValueError(f"{self.host_name}: a rollwise planner runs in trainer_mode sync, colocate_async or "
+                             f"separate_async (got {trainer_mode!r})")
+        self.ahead = trainer_mode in ASYNC_MODES  # the next step's first round goes out while this one trains
         if int((trainer_config or {}).get("parameter_sync_step", 1)) != 1:
-            raise ValueError(f"{self.host_name}: a rollwise planner needs parameter_sync_step=1 (one sample per step)")
+            raise ValueError(f"{self.host_name}: a rollwise planner needs trainer.v1.{trainer_mode}.parameter_sync_step=1 "
+                             "(one planner step per update)")
         trainer = getattr(refill_fn, "__self__", None)
         if trainer is None or not callable(getattr(trainer, "_next_train_batch", None)):
             raise ValueError(f"{self.host_name}: RollwiseReplayBuffer needs verl's refill_fn (the trainer's bound "
@@ -193,6 +219,7 @@ class RollwiseReplayBuffer(ReplayBuffer):
         self.seed, self.n = int(opts.get("seed", 0)), opts.get("n")
         self.threshold, self.correct_field = float(opts.get("success_threshold", 1.0)), opts.get("correct_field")
         self.segment_tokens = int(opts.get("segment_tokens", 16))
+        self.drop_zero_adv = bool(opts.get("drop_zero_adv", False))
         self.trainer = trainer
         # refuse what verl cannot serve, by name, before any GPU work starts (the pool size is known only
         # once the trainer has built its dataset: a one-prompt stand-in pool here)
@@ -201,8 +228,15 @@ class RollwiseReplayBuffer(ReplayBuffer):
         self.watched = probe.planner.needs_inflight  # rounds go through rollwise's segmented agent loop
         self.correction = _refuse_what_this_config_cannot_serve(probe.planner, trainer.config, self.host_name,
                                                                 self.watched, self.segment_tokens)
+        if self.ahead:
+            refuse_async(trainer_mode, trainer_config, max_off_policy_threshold, self.host_name)
+            skip_prepared_steps(trainer, self)  # prepare_step submits nothing for a step opened ahead
         trainer._next_train_batch = self._next_train_batch  # this trainer's prompts now come from the planner
         _checkpoint_with(trainer, self)  # and its checkpoints carry the planner's state
+        self.normaliser_log: list[dict] = []  # per step: rows and tokens the normaliser took out of the denominator
+        if self.drop_zero_adv:  # the zero-variance normaliser, after verl's own advantages (verl_normaliser.py)
+            refuse_normaliser(trainer.config, self.host_name)
+            install_normaliser(trainer, self.normaliser_log)
         self.host: VerlHost | None = None
         self.ledger = Ledger()  # rollwise's token accounting of this run, written by rollwise's StepDriver
         self.engine = TransferQueueEngine(self)
@@ -214,6 +248,14 @@ class RollwiseReplayBuffer(ReplayBuffer):
         self._first: dict[int, str] = {}  # prompt id -> its first uid this step (where its merged group lives)
         self._step_uids: set[str] = set()  # every uid of the step
         self._queued: list[Request] = []  # a round waiting for refill_fn
+        self._version: dict[str, int] = {}  # uid -> the trainer's global step when its round was submitted
+        self._before_open: dict | None = None  # async modes: the planner's state before the open step opened
+        self._round_collected = False  # sample() is collecting the open step
+
+    @property
+    def step_open(self) -> bool:
+        """A step's rounds are out (async modes: between steps, the next step's first round)."""
+        return bool(self._step_uids)
 
     # ---- prompts in: the trainer's _next_train_batch ------------------------------------------
     def _next_train_batch(self, num_prompts: int | None = None):
@@ -221,20 +263,35 @@ class RollwiseReplayBuffer(ReplayBuffer):
         the round this sampler queued (num_prompts = its size, via refill_fn)."""
         if self.host is None:
             self.host = self._build_host()
-        if num_prompts is None:
+        if num_prompts is None or (self.ahead and not self._queued and not self._step_uids):
+            # a new step's first round: prepare_step's, or in the async modes verl's warmup (before step 1)
             if self._step_uids:
                 raise RuntimeError(f"{self.host_name}: a new step began before the last one was sampled")
-            self._wave = self.host.start(int(self.trainer.global_steps))
-            if not self._wave:
-                raise RuntimeError(f"planner {self.host.name!r} chose no prompt after a full pass over the pool")
-            self._submitted = True
-            requests = _requests(self._wave)
+            requests = self._open_step(int(self.trainer.global_steps))
         else:
             if num_prompts != len(self._queued):
                 raise RuntimeError(f"{self.host_name}: asked for {num_prompts} prompts, the planner queued "
                                    f"{len(self._queued)} (only this sampler may call refill_fn)")
             requests, self._queued = self._queued, []
         return self._batch(requests)
+
+    def _open_step(self, step: int) -> list[Request]:
+        """The planner opens `step`; its first round's requests (they go to verl with the caller's batch)."""
+        if self.ahead:  # what a checkpoint taken while this step is open holds (verl_async.py)
+            self._before_open = copy.deepcopy(self._state_dict())
+        self._wave = self.host.start(step)
+        if not self._wave:
+            raise RuntimeError(f"planner {self.host.name!r} chose no prompt after a full pass over the pool")
+        self._submitted = True
+        return _requests(self._wave)
+
+    def _open_next_step(self, global_steps: int) -> None:
+        """Async modes, at the end of step `global_steps`'s sample: the next step's first round goes to verl
+        now, to generate while this step trains (not after the last step)."""
+        last = getattr(self.trainer, "total_training_steps", None)
+        if last is not None and global_steps >= int(last):
+            return
+        self.trainer._submit_batch_to_rollout(self._batch(self._open_step(global_steps + 1)))
 
     def _build_host(self) -> VerlHost:
         cfg = self.trainer.config
@@ -250,9 +307,15 @@ class RollwiseReplayBuffer(ReplayBuffer):
     # ---- checkpoints: the planner's state in verl's global_step_N folder ------------------------
     def state_dict(self) -> dict:
         """The planner's state (components, PromptHistory, RNG, steps done) and the run's ledger: what a
-        resumed run needs to decide as the uninterrupted one would. Between steps only."""
+        resumed run needs to decide as the uninterrupted one would. Between steps only; in the async modes,
+        between steps the next step is open already, and its state from before it opened is returned."""
         if self._step_uids:
+            if self.ahead and self._before_open is not None and not self._round_collected:
+                return self._before_open
             raise RuntimeError(f"{self.host_name}: cannot save the planner in the middle of a step")
+        return self._state_dict()
+
+    def _state_dict(self) -> dict:
         host = self.host if self.host is not None else self._build_host()
         return {"format": CKPT_FORMAT, "planner": self.spec, "options": self.options,
                 "host": host.state_dict(), "ledger": self.ledger.state_dict()}
@@ -266,6 +329,7 @@ class RollwiseReplayBuffer(ReplayBuffer):
         host.load_state_dict(state["host"])
         self.host = host
         self.ledger.load_state_dict(state["ledger"])
+        self._before_open = None
 
     def save_state(self, folder: str) -> str:
         """Write the state into a checkpoint folder (plain data: it loads without running code)."""
@@ -306,6 +370,7 @@ class RollwiseReplayBuffer(ReplayBuffer):
         tu.assign_non_tensor_data(td, "global_steps", self.trainer.global_steps)
         self._round = dict(zip(uids, requests))
         for uid, r in zip(uids, requests):
+            self._version[uid] = int(self.trainer.global_steps)
             self._first.setdefault(r.prompt.id, uid)
             self._step_uids.add(uid)
         return td
@@ -316,13 +381,17 @@ class RollwiseReplayBuffer(ReplayBuffer):
             return super().sample(global_steps, partition_id, batch_size)
         if not self._step_uids:
             raise RuntimeError(f"{self.host_name}: sample() before any prompt was submitted through the planner")
+        self._round_collected = True  # the open step is being sampled: its pre-open state is no longer a checkpoint
         rows, metrics, refs = self._collect()
         self._save_what_components_keep(refs, partition_id)
         keep = self._write_batch(rows, partition_id)
         self._sync_metadata_from_transfer_queue()
         meta = self._materialize_batch(partition_id, keep, dict(self.partitions[partition_id]))
-        self._first, self._step_uids = {}, set()
+        self._first, self._step_uids, self._version = {}, set(), {}
+        self._round_collected, self._before_open = False, None
         self.log.append(metrics)
+        if self.ahead:
+            self._open_next_step(global_steps)
         return meta, {f"training/rollwise/{k}": float(v) for k, v in metrics.items() if k != "step"}
 
     def _collect(self):
@@ -458,7 +527,8 @@ class RollwiseReplayBuffer(ReplayBuffer):
                 correct = (_extra_value(s["extra"], self.correct_field) if self.correct_field else s["reward"]) \
                     >= self.threshold
                 ro = VerlRollout(r.prompt.id, s["length"], bool(correct), s["reward"], purpose=r.purpose,
-                                 policy_version=int(self.trainer.global_steps), keys=tuple(s["keys"]))
+                                 policy_version=self._version.get(uid, int(self.trainer.global_steps)),
+                                 keys=tuple(s["keys"]))
                 for d in decisions.get((uid, j), []):  # as StepDriver._decide and the engine's stop do
                     ro.meta.update(d.meta or {})
                     if d.weight is not None:
@@ -535,6 +605,8 @@ def _checkpoint_with(trainer, buffer: RollwiseReplayBuffer) -> None:
         folder = _resumed_folder(trainer)
         if folder is not None:
             buffer.load_state(folder)
+            if buffer.ahead:  # verl restored the open step's first round; the planner opens it again
+                clear_restored_round(trainer)
         return out
 
     trainer._save_checkpoint, trainer._load_checkpoint = _save_checkpoint, _load_checkpoint

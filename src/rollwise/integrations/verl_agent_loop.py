@@ -79,12 +79,16 @@ class WatchServer:
 @dataclass
 class Segmented:
     """What one watched session produced: its tokens and behaviour log-probs, how it ended ("eos",
-    "length", "stop" or "pruned") and the number of server calls (segments)."""
+    "length", "stop" or "pruned"), the number of server calls (segments), and the weight versions it was
+    generated across (`min_global_steps` / `max_global_steps` of verl's server outputs, which verl's
+    trainer reads from every trajectory's tags: verl's own single-turn loop passes them on, so this does)."""
 
     token_ids: list[int] = field(default_factory=list)
     log_probs: list[float] = field(default_factory=list)
     finish: str = "eos"
     segments: int = 0
+    min_global_steps: int | None = None
+    max_global_steps: int | None = None
 
 
 async def generate_segmented(generate: Callable[..., Awaitable[Any]], request_id: str, prompt_ids: list[int],
@@ -103,6 +107,12 @@ async def generate_segmented(generate: Callable[..., Awaitable[Any]], request_id
         step = await generate(request_id=request_id, prompt_ids=list(prompt_ids) + out.token_ids,
                               sampling_params=params)
         out.segments += 1
+        extra = getattr(step, "extra_fields", None) or {}
+        first, last = extra.get("min_global_steps"), extra.get("max_global_steps")
+        if out.min_global_steps is None:
+            out.min_global_steps = first
+        if last is not None:
+            out.max_global_steps = last
         out.token_ids += list(step.token_ids)
         if step.log_probs:
             out.log_probs += list(step.log_probs)
@@ -156,4 +166,5 @@ if AgentLoopBase is not None:
                 metrics={"num_preempted": -1},
                 extra_fields={"rollwise_status": "pruned" if got.finish == "pruned" else "done",
                               "rollwise_finish": got.finish, "rollwise_segments": got.segments,
+                              "min_global_steps": got.min_global_steps, "max_global_steps": got.max_global_steps,
                               "turn_scores": [], "tool_rewards": []})

@@ -163,7 +163,7 @@ def refuse_what_verl_cannot_serve(planner: Planner, host: str, inflight: bool) -
         if cap.hidden:
             missing.append(f"{c.name} reads hidden states in flight, which verl's rollout servers do not expose")
     for c, _ in find(planner.components, Partial):
-        missing.append(f"{c.name} carries unfinished rows to the next step, which verl's sync trainer does not keep")
+        missing.append(f"{c.name} carries unfinished rows to the next step; with rollwise's planner every verl trainer mode trains a step's own rows")
     for c, _ in find(planner.components, Speculator):
         missing.append(f"{c.name} runs rounds its own way (drafts, trees), which verl's agent loop does not")
     if missing:
