@@ -3,9 +3,11 @@
     python benchmarks/update_readme.py           # rewrite them
     python benchmarks/update_readme.py --check   # exit 1 if README.md or docs/results.md differs (a test runs it)
 
-- README.md, between <!-- results:begin --> and <!-- results:end -->: the results summary, one row per
-  result a reader should know, each with its label (how many seeds; exploratory where the choice was made
-  on the seeds it is reported on) and the record it comes from.
+- README.md, between <!-- units:begin --> and <!-- units:end -->: the compact both-units table (below);
+  between <!-- results:begin --> and <!-- results:end -->: the Bench 3.0 verdicts (below).
+- docs/results.md, between <!-- earlier:begin --> and <!-- earlier:end -->: the earlier benches' rows a
+  reader should know, each with its label (how many seeds; exploratory where the choice was made on the
+  seeds it is reported on) and the record it comes from.
 - docs/results.md, between the same markers: the full tables of Bench 2.0 and its long bench (every planner,
   every figure), from benchmarks/results/bench2/summary.json and bench2_long/summary.json.
 Other issues add their rows to SUMMARY_ROWS (task 2's records) or their benches to BENCHES.
@@ -36,6 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 UNITS_BEGIN, UNITS_END = "<!-- units:begin -->", "<!-- units:end -->"
+EARLY_BEGIN, EARLY_END = "<!-- earlier:begin -->", "<!-- earlier:end -->"
 UNITS_RECORD = RESULTS / "gpu_hours_records.json"
 
 # (record, title) of the benches whose full tables docs/results.md shows. The earlier benches (bench_full,
@@ -50,7 +53,8 @@ CONFIRMATORY = (("bench3_confirm_remainder", "benchmarks/plans/remainder_confirm
                 ("bench3_confirm2_task1", "benchmarks/plans/task1_confirm_2.yaml", "1 (arithmetic), plan 2"),
                 ("bench3_confirm3_task1", "benchmarks/plans/task1_confirm_3.yaml", "1 (arithmetic), plan 3"),
                 ("bench3_confirm_llama", "benchmarks/plans/llama_confirm_1.yaml",
-                 "testbed, Llama 6.0M (primary: sampled)"))
+                 "testbed, Llama 6.0M (primary: sampled)"),
+                ("task1_confirm_4", "benchmarks/plans/task1_confirm_4.yaml", "1 (arithmetic), plan 4: fresh data"))
 
 EXPLORATORY = "exploratory: the composition was chosen after these seeds' results were seen"
 # Task 2's rows in the summary: (record, variant, label). A record is a bench directory (its summary.json, from
@@ -101,11 +105,13 @@ def verdicts() -> str:
     out = ["**Bench 3.0 verdicts** (confirmatory: each plan was committed before its runs; the test split; seeds "
            "never used to choose; against tuned GRPO; Holm over each plan's family). Δ: mean greedy test accuracy "
            "(the mean of 2 samples at temperature 1 where the task column says sampled) over the compute budget (`gpu-h100-v1`), arm − tuned GRPO on the same seed, 95% bootstrap interval; "
-           "compute-to-target: tuned GRPO's compute to reach its own accuracy at the budget over the arm's "
+           "compute-to-target (old target, kept for one release; the table above reads the symmetric one): tuned "
+           "GRPO's compute to reach its own accuracy at the budget over the arm's "
            "(> 1: less compute; not reached: the arm's mean curve stays below it within the budget, at an "
-           "interval's end in at least 2.5% of resamples). Arms outside the family are described, not decided.", "",
+           "interval's end in at least 2.5% of resamples). Arms outside the family are described, not decided. "
+           "From plan 4 on a verdict also needs the two-way interval (prompts and seeds) to exclude 0.", "",
            "| task | arm | planner | Δ vs tuned GRPO [95% CI] | p (Holm) | p (Holm, bench-wide) | verdict | "
-           "compute-to-target [95% CI] | goal met | rows/group (GRPO) | seeds | record |",
+           "compute-to-target, old target [95% CI] | goal met | rows/group (GRPO) | seeds | record |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     # Holm over every confirmatory hypothesis recorded so far (benchmarks/bench_holm.py), beside each plan's own
     wide = {(h["record"], h["arm"]): h["p_bench"] for h in bench_wide(RESULTS)}
@@ -130,13 +136,13 @@ def verdicts() -> str:
     return "\n".join(out + ([""] if pending else []) + pending)
 
 
-def summary() -> str:
-    """The README's results slot: Bench 3.0's verdicts first, then the earlier benches' exploratory rows."""
-    out = [verdicts(), "", "**Earlier benches** (before Bench 3.0: GRPO untuned, one held-out set, token budget). "
+def earlier_benches() -> str:
+    """The earlier benches' rows a reader should know (docs/results.md, above their full tables)."""
+    out = ["**Earlier benches** (before Bench 3.0: GRPO untuned, one held-out set, token budget). "
            "Mean held-out accuracy over the token budget, planner − GRPO on the same seed, with a 95% paired "
            "bootstrap interval over seeds; tokens-to-target is GRPO's tokens to reach its own final accuracy over "
            "the planner's (> 1: fewer tokens). No figure here comes from a plan committed before its runs "
-           "(Bench 3.0's confirmatory standard). The full tables: [docs/results.md](docs/results.md).", "",
+           "(Bench 3.0's confirmatory standard). The full tables below.", "",
            "| task | planner | Δ vs GRPO [95% CI] | verdict | tokens-to-target [95% CI] | seeds | label | record |",
            "|---|---|---|---|---|---|---|---|"]
     notes = []
@@ -232,7 +238,9 @@ def units_table(path: Path = UNITS_RECORD, compact: bool = False) -> str:
 def rendered() -> dict[Path, str]:
     readme, results = ROOT / "README.md", ROOT / "docs" / "results.md"
     docs = between(results.read_text(), BEGIN, END, results_tables())
-    return {readme: between(readme.read_text(), BEGIN, END, summary()),
+    docs = between(docs, EARLY_BEGIN, EARLY_END, earlier_benches())
+    text = between(readme.read_text(), BEGIN, END, verdicts())
+    return {readme: between(text, UNITS_BEGIN, UNITS_END, units_table(compact=True)),
             results: between(docs, UNITS_BEGIN, UNITS_END, units_table())}
 
 
