@@ -290,3 +290,39 @@ def test_history_drafted_sampled_rows_have_the_plain_distribution():
     assert chi_square(drafted.group.rollouts, logp) > 0.01
     assert chi_square(draw(vllm_engine(), 1.0).group.rollouts, logp) > 0.01
     assert chi_square(draw(vllm_engine(), 1.3).group.rollouts, logp) < 1e-4
+
+
+@needs_vllm
+def test_rollwise_train_das_on_vllm_from_the_command_line(tmp_path):
+    """`rollwise train --engine vllm --planner das --set engine_options.drafts.method=history ...`: 4 prompts
+    revisited every step, so from step 2 DAS has their earlier responses to draft from; vLLM verifies the
+    drafts and the ledger is charged for every draft token scored."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from test_vllm_engine import LLM_OPTIONS, shared_policy
+
+    _, path = shared_policy()
+    out = tmp_path / "run"
+    args = [sys.executable, "-m", "rollwise.cli", "train", "--engine", "vllm", "--model", str(path),
+            "--planner", "das", "--steps", "3", "--out", str(out), "--reward", "rewards_for_tests:by_length",
+            "--set", "task_options={pool_size: 4, heldout_size: 4}", "--set", "batch_size=4", "--set", "n=4",
+            "--set", "max_new_tokens=8", "--set", "eval_every=0", "--set", "learner.lr=1e-3",
+            "--set", "engine_options=" + json.dumps({"dtype": "float32", "llm_options": LLM_OPTIONS}),
+            "--set", "engine_options.drafts.method=history", "--set", "engine_options.drafts.num_speculative_tokens=8",
+            "--set", "planner_options.das.min_prob=0.0"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if r.get("step", 0) >= 1]
+    assert [r["step"] for r in steps] == [1, 2, 3]
+    assert steps[0].get("das/scored", 0) == 0  # no history yet
+    assert sum(r.get("das/scored", 0) for r in steps[1:]) > 0
+    assert all(r.get("das/kept", 0) <= r.get("das/scored", 0) for r in steps)
+    # the ledger's running total of scored draft tokens is DAS's own count, step by step
+    assert [r.get("tok/verified", 0) for r in steps] == [sum(x.get("das/scored", 0) for x in steps[:i + 1])
+                                                           for i in range(3)]
