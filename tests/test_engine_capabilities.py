@@ -152,8 +152,10 @@ def test_a_capability_applied_to_every_wave_is_charged_once_on_each():
         return Reports(pol, temperature=1.0, max_new_tokens=3, seed=0)
 
     requests = lambda: [Request(Prompt(0, "12+3=", "15"), 2), Request(Prompt(1, "7=", "7"), 1)]  # noqa: E731
-    for caps, options, want in (((OwnDrafts(),), {}, 10), ((Drafts(always=True),), {"drafter": lambda q, j, t: []}, 10),
-                                ((Drafts(always=True),), {}, 10), ((Drafts(),), {}, 0), (TorchEngine.capabilities, {}, 0)):
+    drafter = {"drafter": lambda q, j, t: []}
+    for caps, options, want in (((OwnDrafts(),), {}, 10), ((Drafts(always=True),), drafter, 10),
+                                ((Drafts(always=True),), {}, 10), ((Drafts(),), {}, 0),
+                                (TorchEngine.capabilities, {}, 0)):
         ledger = Ledger()
         StepDriver(reporting(caps), ledger, None).generate(Wave(requests(), options=options) if options else requests())
         assert ledger.verified_tokens == want, caps

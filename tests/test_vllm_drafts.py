@@ -147,7 +147,8 @@ def test_history_drafts_give_the_torch_engines_rows_and_charges():
 
     def drafter(req, sample, tokens):
         row = want[req.id][sample]
-        return row[len(tokens):len(tokens) + 3] if req.id % 2 == 0 else [next(t for t in range(3, 60) if t not in row)] * 3
+        absent = next(t for t in range(3, 60) if t not in row)
+        return row[len(tokens):len(tokens) + 3] if req.id % 2 == 0 else [absent] * 3
 
     got = run_sync(engine("history", temperature=0.0), greedy_requests(), drafter=drafter)
     ref = run_sync(TorchEngine(shared_policy()[0], temperature=0.0, max_new_tokens=12), greedy_requests(),

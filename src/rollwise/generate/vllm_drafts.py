@@ -45,7 +45,8 @@ HISTORY_CLASS = f"{__name__}.HistoryProposer"
 def speculative_config(drafts: dict) -> dict:
     """vLLM's speculative_config for engine_options.drafts, checked (one-line errors)."""
     if not isinstance(drafts, dict):
-        raise ValueError(f"engine_options.drafts must be a mapping (method, num_speculative_tokens, ...), not {drafts!r}")
+        raise ValueError("engine_options.drafts must be a mapping (method, num_speculative_tokens, ...), "
+                         f"not {drafts!r}")
     d = dict(drafts)
     method = d.pop("method", None)
     if method not in METHODS:

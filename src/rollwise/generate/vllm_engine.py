@@ -39,6 +39,10 @@ What it maps, and how:
       ipc     vLLM's CUDA-IPC weight transfer (learner and vLLM on the same GPU; learner on CUDA).
       nccl    vLLM's NCCL weight transfer (learner on another GPU; weight_sync_options gives
               master_address and master_port). ipc and nccl are untested here (no GPU).
+  * Drafts (`drafts`, vllm_drafts.py): vLLM's speculative decoding, with a Wave's drafter (DAS) as vLLM's
+    proposer (method "history", capability Drafts) or vLLM's ngram drafter on every row (OwnDrafts); each
+    sample's scored and kept draft tokens come from vLLM's per-sample counts, for the ledger as the torch
+    engine's. A row of a drafting engine cannot be aborted while it runs (its counts come when it ends).
   * Resume: request seeds are derived from `seed` and a counter kept in state_dict(), so a resumed run
     draws the same seeds; vLLM's results can still depend on batch composition (not bit-exact).
 
