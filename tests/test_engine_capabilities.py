@@ -128,3 +128,34 @@ def test_an_engine_without_it_is_refused_by_name_before_any_submit():
 def test_no_framework_file_names_it():
     src = Path(__file__).resolve().parent.parent / "src" / "rollwise"
     assert not [p for p in src.rglob("*.py") if "score_prompts" in p.read_text() or NAME in p.read_text()]
+
+
+def test_a_capability_applied_to_every_wave_is_charged_once_on_each():
+    """An engine that drafts every row itself (OwnDrafts, vLLM's ngram) is charged the draft tokens its events
+    report on a plain wave that asked for nothing; one whose Drafts are charged always (vLLM's history
+    drafts) is charged them once on a wave that used them, and on one that did not."""
+    from rollwise.core.ledger import Ledger
+    from rollwise.core.types import Request
+    from rollwise.generate.capabilities import Drafts, OwnDrafts
+
+    pol = tiny_policy()
+
+    def reporting(caps):
+        class Reports(TorchEngine):
+            capabilities = caps
+
+            def poll(self, max_steps=None):
+                events = super().poll(max_steps)
+                for e in events:
+                    e.verified_tokens = 5
+                return events
+        return Reports(pol, temperature=1.0, max_new_tokens=3, seed=0)
+
+    requests = lambda: [Request(Prompt(0, "12+3=", "15"), 2), Request(Prompt(1, "7=", "7"), 1)]  # noqa: E731
+    drafter = {"drafter": lambda q, j, t: []}
+    for caps, options, want in (((OwnDrafts(),), {}, 10), ((Drafts(always=True),), drafter, 10),
+                                ((Drafts(always=True),), {}, 10), ((Drafts(),), {}, 0),
+                                (TorchEngine.capabilities, {}, 0)):
+        ledger = Ledger()
+        StepDriver(reporting(caps), ledger, None).generate(Wave(requests(), options=options) if options else requests())
+        assert ledger.verified_tokens == want, caps

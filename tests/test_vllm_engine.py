@@ -274,17 +274,6 @@ def test_engines_of_one_policy_share_one_vllm():
     assert [e.group.n for e in ea] == [2] and [e.group.n for e in eb] == [1]
 
 
-def test_vllm_speculative_decoding_is_refused_until_its_drafts_can_be_charged():
-    """vLLM 0.32's ngram drafts run on the CPU build with greedy output identical to plain decoding (checked by
-    hand: docs/generate.md), but vLLM counts drafts per engine step, not per request: refused, with why."""
-    from rollwise.generate.vllm_engine import VLLMEngine
-
-    pol, _ = shared_policy()
-    with pytest.raises(ValueError, match=r"^llm_options.speculative_config: vLLM's drafts would go uncharged"):
-        VLLMEngine(pol, llm_options={**LLM_OPTIONS, "speculative_config": {"method": "ngram",
-                                                                            "num_speculative_tokens": 3}})
-
-
 def test_gpu_weight_transfer_refuses_a_cpu_learner(tmp_path):
     """ipc / nccl send from a learner on a GPU (untested here: no GPU); on a CPU learner they fail clearly."""
     from rollwise.generate.vllm_engine import VLLMRuntime

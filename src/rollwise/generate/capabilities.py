@@ -10,6 +10,7 @@ the engine, so a declaration is a promise the kit holds the engine to.
     InFlight()        peek(request_ids) / stop(request_id, samples, reason): single samples in flight
     HiddenStates()    submit(..., hidden=True) and peek(..., hidden=True): each running sample's hidden state
     Drafts()          submit(..., drafter=f): speculative decoding, each draft verified with exact sampling
+    OwnDrafts()       the engine drafts every row itself (vLLM's ngram): charged on every wave, asked or not
 
 A new engine-side method (shared-prompt prefill, tail batching, a vLLM drafter) is a new capability: a
 subclass here or in its own module, with the submit keywords it takes (`options`), how the driver charges
@@ -37,6 +38,8 @@ class EngineCapability:
     methods: ClassVar[tuple[str, ...]] = ()
     needs_policy: ClassVar[bool] = False
     offers: ClassVar[str] = "offer this capability"
+    always: ClassVar[bool] = False  # charged on every wave (`charged`), not only on waves that ask for it
+    # (Drafts makes it a field: Drafts(always=True))
 
     def charge(self, ledger, events: list) -> None:
         """Charge what the engine reported for a wave that used this capability (Finished events), through
@@ -89,6 +92,9 @@ class Drafts(EngineCapability):
     options: ClassVar[tuple[str, ...]] = ("drafter",)
     needs_policy: ClassVar[bool] = True
     offers: ClassVar[str] = "verify drafts (the Engine protocol's optional submit(requests, drafter=...))"
+    # True: every wave is charged the drafts its Finished events report, drafter or not (vLLM's history
+    # drafts: vLLM may score padding drafts for any row, generate/vllm_drafts.py)
+    always: bool = False
 
     def charge(self, ledger, events: list) -> None:
         # drafts scored inside the engine's decode passes: no prompt tokens of their own
@@ -96,6 +102,27 @@ class Drafts(EngineCapability):
 
     def check(self, kit) -> None:
         kit.drafts()
+
+
+@dataclass(frozen=True)
+class OwnDrafts(EngineCapability):
+    """The engine drafts every row itself, with no drafter asked of it (vLLM's `ngram` method): rows and
+    Finished events are as under Drafts (kept draft tokens of kind "draft", Finished.verified_tokens every
+    draft token scored), and every wave is charged for them, whatever it asked."""
+
+    name: ClassVar[str] = "own_drafts"
+    title: ClassVar[str] = "own drafts"
+    always: ClassVar[bool] = True
+    offers: ClassVar[str] = "draft rows itself"
+
+    def charge(self, ledger, events: list) -> None:
+        ledger.charge_verified(0, sum(e.verified_tokens for e in events))
+
+
+def charged(engine, used: list[EngineCapability]) -> list[EngineCapability]:
+    """The capabilities whose charge a wave pays: those it used (`serving`), then those the engine applies
+    to every wave (`always`), each once."""
+    return list(used) + [c for c in declared(engine) if c.always and c not in used]
 
 
 def declared(engine) -> tuple[EngineCapability, ...]:

@@ -39,6 +39,10 @@ What it maps, and how:
       ipc     vLLM's CUDA-IPC weight transfer (learner and vLLM on the same GPU; learner on CUDA).
       nccl    vLLM's NCCL weight transfer (learner on another GPU; weight_sync_options gives
               master_address and master_port). ipc and nccl are untested here (no GPU).
+  * Drafts (`drafts`, vllm_drafts.py): vLLM's speculative decoding, with a Wave's drafter (DAS) as vLLM's
+    proposer (method "history", capability Drafts) or vLLM's ngram drafter on every row (OwnDrafts); each
+    sample's scored and kept draft tokens come from vLLM's per-sample counts, for the ledger as the torch
+    engine's. A row of a drafting engine cannot be aborted while it runs (its counts come when it ends).
   * Resume: request seeds are derived from `seed` and a counter kept in state_dict(), so a resumed run
     draws the same seeds; vLLM's results can still depend on batch composition (not bit-exact).
 
@@ -64,8 +68,10 @@ import torch
 
 from ..core.registry import register
 from ..core.types import Group, Lineage, Request, Rollout
+from .capabilities import Drafts, OwnDrafts
 from .continuation import check_request, continued, length_reason, limits, prefix_entropy, status_of
 from .engine import Finished, request_params
+from .vllm_drafts import kept_drafts, speculative_config
 
 WEIGHT_SYNCS = ("reload", "ipc", "nccl")
 TOP_P_LOGPROBS = ("full", "nucleus")
@@ -91,6 +97,22 @@ class WeightReceiver:
         weights = load(blob)
         self.reload_weights(weights_iterator=list(weights.items()), is_checkpoint_format=True)
         return len(weights)
+
+    def rollwise_install_cpu_expand(self) -> bool:
+        from .vllm_drafts import install_cpu_expand
+
+        return install_cpu_expand()
+
+    def rollwise_install_drafter(self, blob: bytes) -> int:
+        """A Wave's drafter and its rows for vLLM's proposer (vllm_drafts.HistoryProposer), cloudpickled (a
+        drafter is any callable: DAS's bound method, a test's closure); rows finished since are forgotten."""
+        import cloudpickle
+
+        drafter, rows, done = cloudpickle.loads(blob)
+        proposer = self.model_runner.drafter
+        proposer.forget(done)
+        proposer.install(self.model_runner, drafter, rows)
+        return len(rows)
 
 
 class _RpcClient:
@@ -143,6 +165,8 @@ class VLLMRuntime:
             str(path), dtype=dtype, seed=seed, max_model_len=max_model_len or policy.max_positions,
             logprobs_mode="processed_logprobs", enable_prefix_caching=True, generation_config="vllm",
             max_logprobs=-1, worker_extension_cls=f"{__name__}.WeightReceiver", **opts)
+        if "speculative_config" in opts:  # exact sampled verification on vLLM-CPU (vllm_drafts.py)
+            self.llm.collective_rpc("rollwise_install_cpu_expand")
         self.policy, self.weight_sync, self.sync_options = policy, weight_sync, dict(weight_sync_options)
         self.max_model_len = self.llm.llm_engine.model_config.max_model_len
         self.key = None  # the options it was built with (engines sharing it must agree)
@@ -150,6 +174,7 @@ class VLLMRuntime:
         self.inbox: dict[int, list] = {}
         self._owners = itertools.count()
         self._sender = None  # vLLM's trainer-side engine for ipc / nccl
+        self.done_drafted: list[str] = []  # drafted requests finished since the last install (their rows go)
 
     def new_owner(self) -> int:
         owner = next(self._owners)
@@ -165,6 +190,14 @@ class VLLMRuntime:
             who = int(o.request_id.split(":", 1)[0])
             (mine if who == owner else self.inbox.setdefault(who, [])).append(o)
         return mine
+
+    def install_drafter(self, drafter, rows: dict) -> None:
+        """Give vLLM's proposer this drafter for these rows (vLLM request id -> (Request, context length,
+        token limit, EOS id)) before they are added."""
+        import cloudpickle
+
+        done, self.done_drafted = self.done_drafted, []
+        self.llm.collective_rpc("rollwise_install_drafter", args=(cloudpickle.dumps((drafter, rows, done)),))
 
     def has_work(self) -> bool:
         return self.llm.llm_engine.has_unfinished_requests()
@@ -232,6 +265,11 @@ class _Live:
         self.entropy = [[] for _ in range(n)]
         self.versions = [[] for _ in range(n)]
         self.reason: list[str | None] = [None] * n
+        # drafts (vllm_drafts.py): tokens of each engine step's output, then kept and scored draft tokens
+        self.drafted = False
+        self.steps = [[] for _ in range(n)]
+        self.kept = [0] * n
+        self.verified = [0] * n
 
     @property
     def done(self) -> bool:
@@ -248,18 +286,20 @@ class VLLMEngine:
     def __init__(self, policy, temperature: float = 1.0, top_p: float = 1.0, max_new_tokens: int = 16,
                  seed: int = 0, model: str | None = None, dtype: str = "auto", max_model_len: int | None = None,
                  weight_sync: str = "reload", weight_sync_options: dict | None = None,
-                 top_p_logprobs: str = "full", entropy_topk: int = 0, llm_options: dict | None = None):
+                 top_p_logprobs: str = "full", entropy_topk: int = 0, llm_options: dict | None = None,
+                 drafts: dict | None = None):
         """`model`: the checkpoint directory vLLM loads (default: the one the policy was loaded from; its
         weights are replaced by the policy's at once). `llm_options`: more keyword arguments for vllm.LLM
-        (e.g. gpu_memory_utilization, kv_cache_memory_bytes, enforce_eager)."""
+        (e.g. gpu_memory_utilization, kv_cache_memory_bytes, enforce_eager). `drafts`: speculative decoding
+        (vllm_drafts.py): {"method": "history", "num_speculative_tokens": k} verifies a Wave's drafter (DAS),
+        {"method": "ngram", "num_speculative_tokens": k, ...} runs vLLM's prompt-lookup drafter on every row."""
         if not temperature >= 0 or not 0 < top_p <= 1 or max_new_tokens < 1:
             raise ValueError("engine: need temperature >= 0, 0 < top_p <= 1, max_new_tokens >= 1")
         if "speculative_config" in (llm_options or {}):
-            # vLLM 0.32 (CPU build included) runs ngram drafts with exact greedy output, but reports draft
-            # counts per engine step, not per request: the ledger could not charge them as the torch
-            # engine's drafts are (Drafts.charge), so a run would look cheaper than it was
-            raise ValueError("llm_options.speculative_config: vLLM's drafts would go uncharged (vLLM reports "
-                             "them per engine step, not per request); drafts run on the torch engine (das)")
+            # the engine must know its drafts to charge them (vllm_drafts.py): they go through engine_options.drafts
+            raise ValueError("llm_options.speculative_config: set drafts through engine_options.drafts (method ngram "
+                             "or history), which the vLLM engine charges to the ledger")
+        spec = speculative_config(drafts) if drafts is not None else None
         if weight_sync not in WEIGHT_SYNCS:
             raise ValueError(f"weight_sync must be one of {WEIGHT_SYNCS}, not {weight_sync!r}")
         if top_p_logprobs not in TOP_P_LOGPROBS:
@@ -269,17 +309,24 @@ class VLLMEngine:
         self.policy, self.temperature, self.top_p = policy, temperature, top_p
         self.max_new_tokens, self.seed = max_new_tokens, seed
         self.top_p_logprobs, self.entropy_topk = top_p_logprobs, entropy_topk
-        key = (model, dtype, max_model_len, weight_sync, repr(weight_sync_options), repr(llm_options))
+        key = (model, dtype, max_model_len, weight_sync, repr(weight_sync_options), repr(llm_options), repr(drafts))
         rt = getattr(policy, "_vllm_runtime", None)
         if rt is None:
-            rt = VLLMRuntime(policy, model, dtype, seed, max_model_len, weight_sync, weight_sync_options or {},
-                             llm_options or {})
+            opts = dict(llm_options or {})
+            if spec is not None:  # per-sample draft counts come back with each sample's last output
+                opts.update(speculative_config=spec, per_request_spec_decode_metrics="summary")
+            rt = VLLMRuntime(policy, model, dtype, seed, max_model_len, weight_sync, weight_sync_options or {}, opts)
             rt.key = key
             policy._vllm_runtime = rt  # shared by every engine of this policy (see the module docstring)
         elif rt.key != key:
             raise ValueError("a vLLM instance with other options already serves this policy; engines of one "
-                             "policy share it, so build them with the same model/dtype/weight_sync/llm_options")
+                             "policy share it, so build them with the same model/dtype/weight_sync/llm_options/drafts")
         self.rt = rt
+        self.drafts = None if spec is None else ("history" if spec["method"] == "custom_class" else "ngram")
+        self.k = spec["num_speculative_tokens"] if spec is not None else 0
+        # every wave pays what vLLM scored: it may score padding drafts for a row no drafter drafts
+        # (vllm/v1/core/sched/scheduler.py pads a waiting request's first decode step to k drafts of -1)
+        self.capabilities = {None: (), "history": (Drafts(always=True),), "ngram": (OwnDrafts(),)}[self.drafts]
         self.owner = rt.new_owner()
         self.version = policy.version
         if rt.version != policy.version:
@@ -307,11 +354,17 @@ class VLLMEngine:
         self._samples = int(s.get("samples", 0))  # 0: a checkpoint written by another engine
 
     # ---- the Engine protocol ---------------------------------------------------------------
-    def submit(self, requests: list[Request]) -> None:
+    def submit(self, requests: list[Request], drafter=None) -> None:
+        """`drafter` (engine_options.drafts.method=history): f(request, sample, tokens) -> [token ids], the
+        torch engine's contract; vLLM verifies what it proposes (vllm_drafts.py)."""
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
+        if drafter is not None and self.drafts != "history":
+            raise ValueError("submit(drafter=...): this vLLM engine verifies no drafter; build it with "
+                             "engine_options.drafts={method: history, num_speculative_tokens: k}")
         pol = self.policy
+        rows, todo = {}, []  # the drafter reaches vLLM's proposer before any of its rows is added
         for r in requests:
             check_request(r)
             t, p, m = self.params(r)
@@ -325,9 +378,16 @@ class VLLMEngine:
                                 seed=self._seed(live.drawn), logprobs=self.entropy_topk,
                                 stop_token_ids=[pol.eos_id], detokenize=False, output_kind=RequestOutputKind.DELTA)
             vid = f"{self.owner}:{r.id}"
-            if vid in self._live:
+            if vid in self._live or any(vid == v for v, *_ in todo):
                 raise ValueError(f"request id {r.id} is already running")
-            self.rt.llm.llm_engine.add_request(vid, {"prompt_token_ids": lim.context}, sp)
+            if drafter is not None:
+                rows[vid] = (r, len(lim.context), live.limit, pol.eos_id)
+            live.drafted = self.drafts is not None  # its draft counts are read (and charged) with or without a drafter
+            todo.append((vid, lim.context, sp, live))
+        if rows:
+            self.rt.install_drafter(drafter, rows)
+        for vid, context, sp, live in todo:
+            self.rt.llm.llm_engine.add_request(vid, {"prompt_token_ids": context}, sp)
             self._live[vid] = live
 
     @property
@@ -352,6 +412,13 @@ class VLLMEngine:
 
     def abort(self, request_ids) -> list[Finished]:
         ids = set(request_ids)
+        running = [live.req.id for live in self._live.values() if live.req.id in ids and live.drafted
+                   and not live.done]
+        if running:
+            # vLLM 0.32 returns a sample's draft counts with its last output only; an aborted one has none
+            raise ValueError(f"abort: requests {running} are decoded with engine_options.drafts, whose draft counts "
+                             "vLLM returns only when a sample finishes; a wave that aborts rows (partial rollouts, "
+                             "a wave that stops early) cannot run with vLLM drafts")
         out = [e for e in self._ready if e.request.id in ids]
         self._ready = [e for e in self._ready if e.request.id not in ids]
         gone = [vid for vid, live in self._live.items() if live.req.id in ids]
@@ -386,6 +453,15 @@ class VLLMEngine:
         k = self.entropy_topk
         for c in out.outputs:
             i = c.index
+            if live.drafted:
+                live.steps[i].append(len(c.token_ids))
+                if c.finish_reason is not None:
+                    m = c.spec_decode_metrics
+                    if m is None:
+                        raise RuntimeError("vLLM returned no draft counts for a drafted sample (vLLM's "
+                                           "per_request_spec_decode_metrics is needed: vLLM >= 0.32)")
+                    live.verified[i] = int(m.num_draft_tokens)
+                    live.kept[i] = kept_drafts(live.steps[i], sum(j * c_ for j, c_ in enumerate(m.histogram)), self.k)
             for tok, lps in zip(c.token_ids, c.logprobs):
                 live.tokens[i].append(tok)
                 live.logprobs[i].append(lps[tok].logprob)
@@ -406,7 +482,10 @@ class VLLMEngine:
                 and any(len(live.tokens[i]) for i in keep)):
             self._recompute_full(live, keep, rollouts)
         started = any(live.tokens[i] for i in keep)
-        return Finished(req, Group(req.prompt, rollouts), len(live.prompt_ids) + len(live.prefix) if started else 0)
+        if live.drafted:
+            self.rt.done_drafted.append(f"{self.owner}:{req.id}")
+        return Finished(req, Group(req.prompt, rollouts), len(live.prompt_ids) + len(live.prefix) if started else 0,
+                        sum(live.verified))  # a copied greedy sample was drawn once: its drafts scored once
 
     @torch.no_grad()
     def _recompute_full(self, live: _Live, keep: list[int], rollouts: list[Rollout]) -> None:
@@ -447,6 +526,8 @@ class VLLMEngine:
             ent_mean = float(ents.mean()) if len(ents) else 0.0
         else:
             ent_mean = pre.entropy if pre is not None else 0.0
+        if live.kept[i]:  # kept draft tokens were verified, not decoded (the ledger's kind "draft")
+            lineage.tokens_by_kind = {"decoded": len(live.tokens[i]) - live.kept[i], "draft": live.kept[i]}
         t = live.temperature
         return Rollout(
             prompt_id=req.prompt.id, prompt_ids=live.prompt_ids, token_ids_T=toks, logprobs_T=lps,

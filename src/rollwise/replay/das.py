@@ -37,8 +37,9 @@ forwards, whose extra tokens are cheaper still on a memory-bound GPU; re-measure
 Composes with selectors, allocators, filters, stages and replay (`vip+das`, `ar3po+das`, `das+popo`).
 Refused by name (control/capabilities.py CONFLICTS): another Speculator (`spec-rl`, `treepo`: a row would
 be run two ways), a Watcher (`duet-abort`, `arrol`: the watcher never sees the drafted rows) and partial
-rollouts (`april`). Needs an engine with drafts (the torch engine); others are refused at the first
-step, naming the engine.
+rollouts (`april`). Needs an engine with drafts: the torch engine, or the vLLM engine built with
+`engine_options.drafts={method: history, num_speculative_tokens: k}` (which cuts drafts to k, so take
+k >= k_long to draft as on the torch engine); others are refused at the first step, naming the engine.
 """
 from __future__ import annotations
 

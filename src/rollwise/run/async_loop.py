@@ -74,6 +74,10 @@ class AsyncLoop:
         if self.planner.speculator is not None:  # refused before any worker starts
             raise ValueError(f"--mode async cannot run {self.planner.speculator.name}: its verification pass reads "
                              "the sampling weights, which live in the workers; run it with --mode sync")
+        if cfg.engine_options.get("drafts") is not None:  # the pools declare no engine capability to charge them by
+            raise ValueError("--mode async cannot run engine_options.drafts: the worker pools do not report the "
+                             "engine's draft counts to the ledger, and partial rollouts abort drafted rows; run it "
+                             "with --mode sync")
         if cfg.workers == 0:
             self.pool = LocalEnginePool(parts.model_path, cfg.engine, kw, seed=cfg.seed)
         else:

@@ -27,7 +27,7 @@ from ..control.base import Assembled, Decision, Planner, StepContext, Wave
 from ..core.history import GroupStats, PromptHistory
 from ..core.ledger import Ledger
 from ..core.types import Batch, Group, Request
-from ..generate.capabilities import InFlight, require, serving
+from ..generate.capabilities import InFlight, charged, require, serving
 from ..generate.engine import Finished, run_sync
 from ..core.staleness import lag_metrics
 
@@ -84,7 +84,9 @@ class StepDriver:
                 events = self._stepwise(requests, wave.enough, wave.watch, options)
                 groups = [e.group for e in events]
         self.ledger.charge(groups, sum(e.prompt_tokens for e in events))
-        for cap in used:  # what the engine reported for a capability the wave used (Drafts: tokens verified)
+        # what the engine reported for a capability the wave used, or one it applies to every wave (Drafts,
+        # OwnDrafts: draft tokens verified)
+        for cap in charged(self.engine, used):
             cap.charge(self.ledger, events)
         if wave is not None and wave.watch is not None:  # only a watcher's Decisions prune samples
             self._drop_pruned(groups)
