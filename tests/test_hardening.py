@@ -169,6 +169,19 @@ def test_nothing_to_learn_warning_blames_the_reward_when_it_failed(tmp_path, sma
     assert "the reward function failed on 32 of 32 rollouts" in warning and "the model solves" not in warning
 
 
+def test_nothing_to_learn_warning_is_not_given_to_an_estimator_that_teaches_equal_groups(tmp_path, small_policy):
+    # the same failing reward makes every group equal; GRPO warns, RL-ZVP trains those groups (learn/zvp.py)
+    from rollwise.run.loop import Trainer
+
+    logs = {}
+    for adv in ("grpo", "rl-zvp"):
+        logs[adv] = []
+        Trainer(cfg_for(tmp_path / adv, steps=1, reward="adversarial_rewards:always_fails",
+                        learner={"advantage": adv}), log=logs[adv].append).run()
+    assert any("nothing to learn" in m for m in logs["grpo"])
+    assert not any("nothing to learn" in m for m in logs["rl-zvp"])
+
+
 # ---- 5. export refuses a NaN model; a damaged one is one line ----------------------------------------------
 
 def test_export_refuses_a_nan_or_damaged_model(tmp_path, small_policy, capsys):

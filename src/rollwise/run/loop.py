@@ -32,6 +32,7 @@ import torch
 from tqdm import tqdm
 
 from ..control.base import StepContext
+from ..core import registry
 from ..core.staleness import ASYNC_MODES
 from ..core.task import option
 from .config import Config, config_changes, RESUME_MAY_CHANGE
@@ -130,6 +131,9 @@ class Trainer:
         """A run whose groups all score alike learns nothing (every advantage is 0); say so once, early,
         with whether the model solves none or all of the prompts (e.g. a base model too weak for the data)."""
         if step > self.NO_VARIANCE_STEPS or self._warned_no_variance or not groups:
+            return
+        # an estimator that teaches from all-equal groups (RL-ZVP) has something to learn from them
+        if registry.get("advantage", self.cfg.learner.advantage).facts.get("zero_variance_signal"):
             return
         equal = [g for g in groups if g.zero_variance]
         if len(equal) < self.NO_VARIANCE_FRAC * len(groups):
