@@ -1,0 +1,212 @@
+"""Each arm's compute-to-target against its task's initial zero-variance share (issue 43 item 5).
+
+    python benchmarks/zero_var_saving.py          # benchmarks/results/zero_var_saving.{json,md,png}
+
+Selection can at most save about 1/(1 - p0), where p0 is the share of groups whose rewards are all equal
+(they teach GRPO nothing); p0 depends on the model and the data, and a user sees their own run's in its
+first steps (`zero_var_frac_gen`). This puts every arm's saving on the tasks of the suite against that
+share, so a user can read off what an arm saved at a share near theirs.
+
+Sources (SOURCES): exploratory plan records on each task's validation split, seeds 0-2, against tuned
+GRPO - the same protocol on every task, so the points are comparable, and none is a verdict. Per record,
+its runs are unpacked into a temporary folder (the record is never written) and the plan report's own
+summary is recomputed over them (bench/plan_report.py `summarize_plan`, as gpu_hours_records.py does), so
+every figure here equals the record's report where the baseline is the plan's. Per task and arm:
+
+  * p0: the mean `zero_var_frac_gen` over tuned GRPO's first P0_STEPS steps, over its seeds (measured);
+  * compute-to-target (Bench 4.0's symmetric definition: 80% of tuned GRPO's gain; compute units, counts
+    measured and priced by the plan's cost profile) with its bootstrap interval;
+  * GPU-hours to target under the cluster profile (modelled; bench/clock.py) and the primary difference.
+
+A plan that tunes GRPO beside its arms (the pools: arms named `grpo*`, planner `uniform`, no other advantage)
+has its own pick, the GRPO arm with the best mean primary figure (WAVE3's rule); where that is not the
+plan's baseline, the arms are read against the pick as well, from the same runs (paired by seed).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from rollwise.bench.plan import load_plan
+from rollwise.bench.plan_report import load_arm, summarize_plan
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from archive import RESULTS, unpack  # noqa: E402  (benchmarks/archive.py)
+from gpu_hours_records import POWER_SIMS, _ratio  # noqa: E402
+
+DEFAULT_OUT = RESULTS / "zero_var_saving"
+P0_STEPS = 3  # "what a user sees in their first steps"; the pools were confirmed on the same 3 (plans/LOG.md)
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    task: str          # the label on the plot
+    record: str        # a plan record under benchmarks/results
+    arms: tuple        # the arms read from it
+
+
+SOURCES = (
+    Source("task 1", "bench3_explore27b_task1", ("ar3po", "pods-ar3po")),
+    Source("task 1", "levers_explore_task1", ("reinforce-ada", "rl-zvp")),
+    Source("testbed", "bench3_explore27b_remainder", ("ar3po", "pods-ar3po")),
+    Source("testbed", "levers_explore_remainder", ("reinforce-ada", "rl-zvp")),
+    Source("hard pool", "pool_hard_explore", ("ar3po", "pods-ar3po", "reinforce-ada", "rl-zvp")),
+    Source("easy pool", "pool_easy_explore", ("ar3po", "pods-ar3po", "reinforce-ada")),
+)
+
+
+def initial_share(runs: list[dict | None], steps: int = P0_STEPS) -> float:
+    """Mean zero-variance share of generated groups over the first `steps` training steps of each run."""
+    per_run = []
+    for r in runs:
+        if r is None:
+            continue
+        shares = [x["zero_var_frac_gen"] for x in r["rows"] if 1 <= x.get("step", 0) <= steps and "zero_var_frac_gen" in x]
+        if shares:
+            per_run.append(float(np.mean(shares)))
+    return float(np.mean(per_run)) if per_run else float("nan")
+
+
+def grpo_arms(plan) -> list[str]:
+    """The plan's GRPO arms (its baseline and any tuning neighbours): uniform, GRPO's advantage."""
+    return [a for a, arm in plan.arms.items() if a.startswith("grpo") and arm.planner == "uniform"
+            and arm.settings.get("learner.advantage", "grpo") == "grpo"]
+
+
+def pick(summary: dict, plan) -> str:
+    """The GRPO arm with the best mean primary figure over the budget (WAVE3's tuning rule)."""
+    means = {plan.baseline: next(iter(summary["arms"].values()))["mean_auc_base"]}
+    means.update({a: summary["arms"][a]["mean_auc"] for a in grpo_arms(plan) if a in summary["arms"]})
+    return max(means, key=means.get)
+
+
+def arm_figures(d: dict) -> dict:
+    g = d.get("gpu_hours")
+    return {"seeds_paired": d["seeds_paired"], "primary": d["primary"], "mean_auc": d["mean_auc"],
+            "compute_to_target": _ratio(d["symmetric"]),
+            "gpu_hours_to_target": None if g is None else _ratio(g["to_target"]),
+            "steps_to_target": None if g is None else _ratio(g["split"]["steps"])}
+
+
+def source_figures(src: Source) -> dict:
+    rec = RESULTS / src.record
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp)
+        unpack(rec, out)
+        plan, _ = load_plan(rec / "plan.yaml")
+        s = summarize_plan(plan, out, power_sims=POWER_SIMS)
+        best = pick(s, plan)
+        fig = {"task": src.task, "record": src.record, "task_name": plan.task, "task_options": dict(plan.options),
+               "baseline": plan.baseline, "seeds": list(plan.seeds),
+               "p0": initial_share(load_arm(plan, out, plan.baseline)),
+               "grpo_pick": best, "grpo_arms": {a: s["arms"][a]["mean_auc"] for a in grpo_arms(plan) if a in s["arms"]},
+               "arms": {a: arm_figures(s["arms"][a]) for a in src.arms if s["arms"].get(a, {}).get("seeds_paired")}}
+        if best != plan.baseline:
+            s2 = summarize_plan(dataclasses.replace(plan, baseline=best), out, power_sims=POWER_SIMS)
+            fig["arms_vs_pick"] = {a: arm_figures(s2["arms"][a]) for a in src.arms
+                                   if s2["arms"].get(a, {}).get("seeds_paired")}
+            fig["p0_pick"] = initial_share(load_arm(plan, out, best))
+    return fig
+
+
+def _x(g: dict | None) -> str:
+    if not g or not g.get("defined", True) or g.get("ratio") is None or np.isnan(g["ratio"]):
+        return "not defined"
+    r = g["ratio"]
+    txt = "not reached" if r == 0 else ("inf" if np.isinf(r) else f"{r:.2f}x")
+    return f"{txt} [{g['lo']:.2f}, {g['hi']:.2f}]"
+
+
+def markdown(figs: list[dict], command: str) -> str:
+    lines = ["# Compute-to-target against the initial zero-variance share (exploratory)", "",
+             f"`{command}` (issue 43 item 5). Every source is an exploratory plan on its task's validation split,",
+             "seeds 0-2, against tuned GRPO: no figure here is a verdict. p0 = tuned GRPO's mean `zero_var_frac_gen`",
+             f"over its first {P0_STEPS} steps (measured). Compute-to-target: the symmetric definition (80% of tuned",
+             "GRPO's gain), compute units (counts measured, priced by gpu-h100-v1). GPU-hours: modelled under the",
+             "cluster profile (bench/clock.py). 1/(1 - p0) is the most that dropping every zero-variance group for",
+             "free could save if nothing else changed.", "",
+             "| task | p0 | 1/(1-p0) | arm | Δ primary [95% CI] | compute-to-target | GPU-hours to target | record |",
+             "|---|---|---|---|---|---|---|---|"]
+    for f in figs:
+        for a, d in f["arms"].items():
+            p = d["primary"]
+            lines.append(f"| {f['task']} | {f['p0']:.3f} | {1 / (1 - f['p0']):.2f} | {a} | "
+                         f"{p['diff']:+.4f} [{p['lo']:+.4f}, {p['hi']:+.4f}] | {_x(d['compute_to_target'])} | "
+                         f"{_x(d['gpu_hours_to_target'])} | {f['record']} |")
+    lines += ["", "Tuned GRPO per source (mean primary figure over the budget of each GRPO arm; the pick is the best):", ""]
+    for f in figs:
+        arms = ", ".join(f"{a} {v:.4f}" for a, v in sorted(f["grpo_arms"].items()))
+        lines.append(f"- {f['task']} ({f['record']}): baseline `{f['baseline']}`"
+                     + (f"; GRPO arms {arms}; pick `{f['grpo_pick']}`" if arms else ""))
+        for a, d in f.get("arms_vs_pick", {}).items():
+            lines.append(f"  - against the pool's pick: {a} Δ {d['primary']['diff']:+.4f}, compute-to-target "
+                         f"{_x(d['compute_to_target'])}")
+    return "\n".join(lines) + "\n"
+
+
+def plot(figs: list[dict], path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    arms = sorted({a for f in figs for a in f["arms"]})
+    offsets = dict(zip(arms, np.linspace(-0.012, 0.012, len(arms))))  # spread points that share a task's p0
+    for i, a in enumerate(arms):
+        pts = [(f["p0"], f["arms"][a]["compute_to_target"]) for f in figs if a in f["arms"]]
+        pts = [(p, g) for p, g in pts if g and g.get("defined") and np.isfinite(g["ratio"]) and g["ratio"] > 0]
+        if not pts:
+            continue
+        x = np.array([p for p, _ in pts]) + offsets[a]
+        y = np.array([g["ratio"] for _, g in pts])
+        err = np.array([[max(g["ratio"] - g["lo"], 0), max(g["hi"] - g["ratio"], 0)] for _, g in pts]).T
+        ax.errorbar(x, y, yerr=err, fmt="o", capsize=3, label=a, color=f"C{i}")
+    p = np.linspace(0.05, 0.9, 100)
+    ax.plot(p, 1 / (1 - p), "k--", lw=1, label="1/(1 - p0)")
+    ax.axhline(1.0, color="grey", lw=0.8)
+    for f in figs:
+        ax.annotate(f["task"], (f["p0"], 0.3), ha="center", fontsize=8, color="grey")
+    ax.set_yscale("log")
+    ax.set_xlabel("initial zero-variance share p0 (tuned GRPO, first 3 steps)")
+    ax.set_ylabel("compute-to-target vs tuned GRPO (x)")
+    ax.set_title("Saving against the zero-variance share (exploratory; validation, 3 seeds)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="prefix of the .json, .md and .png written")
+    args = ap.parse_args(argv)
+    figs, missing = [], []
+    for src in SOURCES:
+        if not (RESULTS / src.record / "runs.tar.xz").exists():
+            missing.append(src.record)
+            continue
+        print(f"zero_var_saving: {src.record} ...", flush=True)
+        figs.append(source_figures(src))
+    if missing:
+        print(f"zero_var_saving: records not (yet) archived, left out: {', '.join(missing)}")
+    by_task: dict[str, dict] = {}
+    for f in figs:  # a task read from two records: one point per arm, the task's p0 from its first record
+        t = by_task.setdefault(f["task"], {**f, "arms": {}})
+        t["arms"].update(f["arms"])
+    command = "python benchmarks/zero_var_saving.py"
+    Path(f"{args.out}.json").write_text(json.dumps({"command": command, "p0_steps": P0_STEPS, "missing": missing,
+                                                    "sources": figs}, indent=1, default=float) + "\n")
+    Path(f"{args.out}.md").write_text(markdown(figs, command))
+    plot(list(by_task.values()), Path(f"{args.out}.png"))
+    print(f"zero_var_saving: wrote {args.out}.json, .md, .png")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
