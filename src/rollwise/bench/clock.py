@@ -115,7 +115,7 @@ VALIDATION = "model validated: 5 of 12 published figures within ±25%; CPU mecha
 
 
 def modelled(base_runs: list[dict], arm_runs: list[dict], base_rows: list[list[dict]], arm_rows: list[list[dict]],
-             rng: np.random.Generator, profile_name: str = MODEL_PROFILE) -> dict | None:
+             rng: np.random.Generator, profile_name: str = MODEL_PROFILE, factor: float | None = None) -> dict | None:
     """The same curves on modelled GPU-hours at the profile's scale (systems/scale.py: every row's work scaled
     to the profile's response length, priced by the step-time model in the run's deployment mode), in both of
     WAVE4's variants: the task's shape scaled (top level) and a published long-tail shape (`longtail`, with its
@@ -126,7 +126,8 @@ def modelled(base_runs: list[dict], arm_runs: list[dict], base_rows: list[list[d
     run's rows carry none (every Bench 3.0 record), "step mean": every run's rows filled by scale.fill_lengths,
     every row of a step at its mean (variant 1; the tail missed), and variant 2 "step lognormal" (each step a
     lognormal of its mean at the assumed sigma) in place of the baseline's map. None where rows carry neither a
-    shape nor the cumulative `tokens` and `rollouts` a step's mean is read from."""
+    shape nor the cumulative `tokens` and `rollouts` a step's mean is read from. `factor`: a length scale fixed
+    beforehand (a plan whose runs ended on GPU-seconds: its budget.length_scale) in place of the baseline's."""
     from ..systems import scale
     from ..systems.profile import load_profile
 
@@ -141,7 +142,8 @@ def modelled(base_runs: list[dict], arm_runs: list[dict], base_rows: list[list[d
             return runs
         how = "step mean" if sigma is None else "step lognormal"
         return [{**r, "rows": scale.fill_lengths(r["rows"], how, sigma or 0.0)} for r in runs]
-    factor = profile.gen_len_mean / scale.base_mean_length([r["rows"] for r in filled(base_runs, None)])
+    if factor is None:
+        factor = profile.gen_len_mean / scale.base_mean_length([r["rows"] for r in filled(base_runs, None)])
     first = None if fallback else scale.base_lengths([r["rows"] for r in base_runs], factor)  # variant 2's knots
 
     def curves(runs, rows_list, sigma):

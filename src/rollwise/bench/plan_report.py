@@ -170,6 +170,8 @@ def summarize_plan(plan: Plan, out: Path, bootstrap_seed: int = 0, power_sims: i
                "profile_sources": profile.sources, "budget_tokens": plan.budget_tokens, "family": plan.family,
                "family_size": len(plan.family), "alpha": plan.alpha, "goal_ratio": plan.goal_ratio,
                "decide_on": plan.decide_on, "chosen_from": plan.chosen_from, "replication": plan.replication, "seeds": plan.seeds, "arms": {}}
+    if plan.budget_gpu_seconds:  # runs ended on modelled GPU-seconds (issue 41); absent otherwise, as before
+        summary.update(budget_gpu_seconds=plan.budget_gpu_seconds, cluster=plan.cluster, length_scale=plan.length_scale)
     budget = plan.budget_compute
     for arm in plan.arms:
         if arm == plan.baseline:
@@ -223,8 +225,10 @@ def summarize_plan(plan: Plan, out: Path, bootstrap_seed: int = 0, power_sims: i
         if plan.engine != "sim":  # the simulator's seconds are modelled, not read off a clock
             summary["arms"][arm]["clock"] = clock.clock_figures(tb, ta, rng, plan.budget_seconds)
             summary["arms"][arm]["equivalence"] = clock.equivalence(bx, ax, budget, rng)
+            # a plan that ended its runs on GPU-seconds reads them under its own cluster and length scale
+            gpu_plan = {"profile_name": plan.cluster, "factor": plan.length_scale} if plan.budget_gpu_seconds else {}
             summary["arms"][arm]["gpu_hours"] = clock.modelled([base[i] for i in paired], [rs[i] for i in paired],
-                                                               tb, ta, rng)
+                                                               tb, ta, rng, **gpu_plan)
     # Holm over the whole preregistered family: an arm without results yet counts with p = 1, so a
     # partial report is never less strict than the final one
     adjusted = stats.holm([summary["arms"][a].get("p", 1.0) for a in plan.family])
@@ -338,7 +342,10 @@ def markdown(summary: dict) -> str:
              f"- Baseline `{summary['baseline']}`; seeds {summary['seeds'][0]}–{summary['seeds'][-1]} "
              f"({len(summary['seeds'])}).",
              f"- Budget {summary['budget_compute']:,.0f} compute units under `{summary['profile']}` (figures are read "
-             f"there); runs end at {summary['budget_tokens']:,} budget tokens (recorded alongside).",
+             f"there); runs end at {summary['budget_tokens']:,} budget tokens (recorded alongside)"
+             + (f", or at {summary['budget_gpu_seconds']:,.0f} modelled GPU-seconds under `{summary['cluster']}` (every "
+                f"response length x{summary['length_scale']:g}, fixed in the plan), whichever comes first; evaluations "
+                "are spaced in GPU-seconds." if summary.get("budget_gpu_seconds") else "."),
              f"- {summary['formula']}.",
              f"- Primary figure: Δ mean `{summary['metric']}` ({summary['primary']}) over the compute budget, arm − "
              f"baseline on the same seed; two-sided exact sign-flip test; Holm over the family of "
