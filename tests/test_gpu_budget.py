@@ -176,3 +176,58 @@ def test_the_simulator_refuses_a_gpu_budget():
 def test_an_arm_may_not_set_the_gpu_budget(key):
     with pytest.raises(planmod.PlanError, match=f"arms.greso: set: '{key}' is the plan's to set"):
         planmod.parse_plan(GPU_PLAN.replace("  greso: {planner: greso}", f"  greso: {{planner: greso, set: {{{key}: 1}}}}"))
+
+
+TORCH_PLAN = """
+name: tiny-gpu
+kind: exploratory
+task: arithmetic
+data_seed: 0
+baseline: grpo
+arms:
+  grpo: {planner: uniform, set: {batch_size: 8, n: 4}}
+  dapo: {planner: dapo, set: {batch_size: 8, n: 4}}
+seeds: [0]
+pool_size: 40
+budget: {compute_units: 1000000, profile: gpu-h100-v1, tokens: 100000, gpu_seconds: 600,
+         cluster: h100x16-llama8b-v1, length_scale: 200}
+evaluation: {split: validation, size: 8, evaluations: 2, primary: greedy}
+family: [dapo]
+decision: {alpha: 0.05}
+"""
+
+
+@pytest.mark.slow
+def test_a_tiny_plan_ends_its_runs_on_gpu_seconds_end_to_end(tmp_path, capsys):
+    """`rollwise bench --plan` on the embedded arithmetic base: every run ends at the first step at or past 600
+    modelled GPU-seconds and is evaluated at each half of them; the dry run says how it estimates; the report
+    reads GPU-hours under the plan's cluster and length scale; run again, nothing is redone."""
+    from rollwise.bench.runner import run_dir
+
+    f = tmp_path / "plan.yaml"
+    f.write_text(TORCH_PLAN)
+    out = tmp_path / "out"
+    assert main(["bench", "--plan", str(f), "--out", str(out), "--dry-run"]) == 0
+    said = capsys.readouterr().out
+    assert "GPU-second budget: a typical step of the baseline" in said and "h100x16-llama8b-v1" in said
+    assert main(["bench", "--plan", str(f), "--out", str(out)]) == 0
+    p = planmod.load_plan(f)[0]
+    profile = load_profile("h100x16-llama8b-v1")
+    for arm in p.arms:
+        d = run_dir(planmod.arm_config(p, arm, out), "default", p.arms[arm].planner, 0)
+        rows = read(d / "metrics.jsonl")
+        assert [r.get("model_gpu_s", 0.0) for r in rows] == scale.gpu_seconds(rows, profile, 200.0, "sync")
+        assert rows[-1]["model_gpu_s"] >= 600 > rows[-2].get("model_gpu_s", 0.0)
+        evaluated = [r["step"] for r in rows if "eval_acc" in r]
+        crossed = [b["step"] for a, b in zip(rows, rows[1:]) if b["model_gpu_s"] // 300 > a.get("model_gpu_s", 0) // 300]
+        assert evaluated == sorted({0, *crossed, rows[-1]["step"]})
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["budget_gpu_seconds"], summary["cluster"], summary["length_scale"]) == (600, "h100x16-llama8b-v1", 200)
+    g = summary["arms"]["dapo"]["gpu_hours"]
+    assert (g["profile"], g["factor"]) == ("h100x16-llama8b-v1", 200.0)
+    assert "600 modelled GPU-seconds under `h100x16-llama8b-v1`" in (out / "report.md").read_text()
+    before = {x: x.stat().st_mtime_ns for x in out.rglob("metrics.jsonl")}
+    capsys.readouterr()
+    assert main(["bench", "--plan", str(f), "--out", str(out)]) == 0
+    assert capsys.readouterr().out.count("1 runs already finished, 0 to go") == 2  # one per arm
+    assert {x: x.stat().st_mtime_ns for x in out.rglob("metrics.jsonl")} == before
