@@ -142,7 +142,8 @@ def modelled(base_runs: list[dict], arm_runs: list[dict], base_rows: list[list[d
             return runs
         how = "step mean" if sigma is None else "step lognormal"
         return [{**r, "rows": scale.fill_lengths(r["rows"], how, sigma or 0.0)} for r in runs]
-    if factor is None:
+    fixed = factor is not None
+    if not fixed:
         factor = profile.gen_len_mean / scale.base_mean_length([r["rows"] for r in filled(base_runs, None)])
     first = None if fallback else scale.base_lengths([r["rows"] for r in base_runs], factor)  # variant 2's knots
 
@@ -161,8 +162,8 @@ def modelled(base_runs: list[dict], arm_runs: list[dict], base_rows: list[list[d
     # variant 1 first, so its figures keep their draws; then variant 2 (a published long-tail shape, ranks kept)
     # at its assumed sigma and at x0.5 and x2 of it (WAVE4: an assumption's sensitivity is reported)
     sigma = scale.LONGTAIL_SIGMA
-    out = {"profile": profile.name, "factor": factor, "lengths": "step mean" if fallback else "shape",
-           **figures(None)}
+    out = {"profile": profile.name, "factor": factor, **({"factor_from": "plan"} if fixed else {}),
+           "lengths": "step mean" if fallback else "shape", **figures(None)}
     out["longtail"] = {"sigma": sigma, "lengths": "step lognormal" if fallback else "baseline map",
                        **figures(sigma), "sensitivity": {f"x{k:g}": figures(sigma * k) for k in (0.5, 2.0)}}
     # the split, drawn last from a copy of the first state: the hours side repeats variant 1's to_target exactly
@@ -239,7 +240,9 @@ def markdown_lines(arms: dict) -> list[str]:
         g0 = next(iter(gh.values()))
         fallback = any(g.get("lengths") == "step mean" for g in gh.values())
         lines += ["", f"Modelled at scale, not measured: the same curves on GPU-hours under `{g0['profile']}` (every "
-                  f"response length x{g0['factor']:.0f}, the profile's mean over the baseline's at its first step; "
+                  f"response length x{g0['factor']:.0f}, "
+                  + ("the plan's fixed length scale; " if g0.get("factor_from") == "plan" else
+                     "the profile's mean over the baseline's at its first step; ") +
                   f"the step-time model in each run's deployment mode; systems/scale.py; {VALIDATION}). "
                   "GPU-hours to target = steps to target (sample efficiency, measured) × GPU-seconds per step up "
                   "to the target (hardware efficiency, modelled), the three ratios paired resample by resample; "
