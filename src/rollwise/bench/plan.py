@@ -152,7 +152,7 @@ class BudgetFile:
     profile: str
     wall_seconds: Annotated[Float, finite(0, note="0: no wall-clock cap"), _at_most(MAX_SIZE["budget.wall_seconds"])] = 0.0
     # modelled GPU-seconds (issue 41): the budget, the cluster profile they are modelled on, and the fixed factor
-    # every response length is scaled by (docs/bench3.md "Budget on modelled GPU-seconds")
+    # every response length is scaled by (docs/bench3.md "Ending runs on modelled GPU-seconds")
     gpu_seconds: Annotated[Float, finite(0, strict=True), _at_most(MAX_SIZE["budget.gpu_seconds"])] | None = None
     cluster: str | None = None
     length_scale: Annotated[Float, finite(0, strict=True), _at_most(MAX_SIZE["budget.length_scale"])] | None = None
