@@ -19,8 +19,19 @@ from rollwise.systems.profile import load_profile
 
 from conftest import SMALL, kill_and_resume
 from test_bench_plan import PLAN
-from test_gpu_hours_fallback import TINY, tiny  # noqa: F401 (the fixture)
+from test_gpu_hours_fallback import TINY
 from test_loop import read, strip
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    """test_gpu_hours_fallback's tiny profile: a decode iteration 1 s (up to 4 rows), prefill P / 4 s per group,
+    training T s for T trained tokens, sync 0.5 s, 1 GPU."""
+    import yaml
+
+    path = tmp_path / "tiny-v1.yaml"
+    path.write_text(yaml.safe_dump(TINY))
+    return str(path)
 
 
 def shaped_rows(lengths, rows_per_step=4):
