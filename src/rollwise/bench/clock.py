@@ -115,7 +115,7 @@ VALIDATION = "model validated: 5 of 12 published figures within ±25%; CPU mecha
 
 
 def modelled(base_runs: list[dict], arm_runs: list[dict], base_rows: list[list[dict]], arm_rows: list[list[dict]],
-             rng: np.random.Generator, profile_name: str = MODEL_PROFILE) -> dict | None:
+             rng: np.random.Generator, profile_name: str = MODEL_PROFILE, factor: float | None = None) -> dict | None:
     """The same curves on modelled GPU-hours at the profile's scale (systems/scale.py: every row's work scaled
     to the profile's response length, priced by the step-time model in the run's deployment mode), in both of
     WAVE4's variants: the task's shape scaled (top level) and a published long-tail shape (`longtail`, with its
@@ -126,7 +126,8 @@ def modelled(base_runs: list[dict], arm_runs: list[dict], base_rows: list[list[d
     run's rows carry none (every Bench 3.0 record), "step mean": every run's rows filled by scale.fill_lengths,
     every row of a step at its mean (variant 1; the tail missed), and variant 2 "step lognormal" (each step a
     lognormal of its mean at the assumed sigma) in place of the baseline's map. None where rows carry neither a
-    shape nor the cumulative `tokens` and `rollouts` a step's mean is read from."""
+    shape nor the cumulative `tokens` and `rollouts` a step's mean is read from. `factor`: a length scale fixed
+    beforehand (a plan whose runs ended on GPU-seconds: its budget.length_scale) in place of the baseline's."""
     from ..systems import scale
     from ..systems.profile import load_profile
 
@@ -141,7 +142,9 @@ def modelled(base_runs: list[dict], arm_runs: list[dict], base_rows: list[list[d
             return runs
         how = "step mean" if sigma is None else "step lognormal"
         return [{**r, "rows": scale.fill_lengths(r["rows"], how, sigma or 0.0)} for r in runs]
-    factor = profile.gen_len_mean / scale.base_mean_length([r["rows"] for r in filled(base_runs, None)])
+    fixed = factor is not None
+    if not fixed:
+        factor = profile.gen_len_mean / scale.base_mean_length([r["rows"] for r in filled(base_runs, None)])
     first = None if fallback else scale.base_lengths([r["rows"] for r in base_runs], factor)  # variant 2's knots
 
     def curves(runs, rows_list, sigma):
@@ -159,8 +162,8 @@ def modelled(base_runs: list[dict], arm_runs: list[dict], base_rows: list[list[d
     # variant 1 first, so its figures keep their draws; then variant 2 (a published long-tail shape, ranks kept)
     # at its assumed sigma and at x0.5 and x2 of it (WAVE4: an assumption's sensitivity is reported)
     sigma = scale.LONGTAIL_SIGMA
-    out = {"profile": profile.name, "factor": factor, "lengths": "step mean" if fallback else "shape",
-           **figures(None)}
+    out = {"profile": profile.name, "factor": factor, **({"factor_from": "plan"} if fixed else {}),
+           "lengths": "step mean" if fallback else "shape", **figures(None)}
     out["longtail"] = {"sigma": sigma, "lengths": "step lognormal" if fallback else "baseline map",
                        **figures(sigma), "sensitivity": {f"x{k:g}": figures(sigma * k) for k in (0.5, 2.0)}}
     # the split, drawn last from a copy of the first state: the hours side repeats variant 1's to_target exactly
@@ -237,7 +240,9 @@ def markdown_lines(arms: dict) -> list[str]:
         g0 = next(iter(gh.values()))
         fallback = any(g.get("lengths") == "step mean" for g in gh.values())
         lines += ["", f"Modelled at scale, not measured: the same curves on GPU-hours under `{g0['profile']}` (every "
-                  f"response length x{g0['factor']:.0f}, the profile's mean over the baseline's at its first step; "
+                  f"response length x{g0['factor']:.0f}, "
+                  + ("the plan's fixed length scale; " if g0.get("factor_from") == "plan" else
+                     "the profile's mean over the baseline's at its first step; ") +
                   f"the step-time model in each run's deployment mode; systems/scale.py; {VALIDATION}). "
                   "GPU-hours to target = steps to target (sample efficiency, measured) × GPU-seconds per step up "
                   "to the target (hardware efficiency, modelled), the three ratios paired resample by resample; "

@@ -381,7 +381,7 @@ def plot(summary: dict, path) -> bool:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    budget = summary["budget_compute"]
+    budget = summary.get("budget_gpu_seconds") or summary["budget_compute"]  # where the figures are read
     inside, past = np.linspace(0, budget, 100), np.linspace(budget, 3 * budget, 100)
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for a, d in ok.items():
@@ -394,7 +394,9 @@ def plot(summary: dict, path) -> bool:
         if c:
             ax.plot(c["x"], c["mean"], "o", color=line.get_color(), ms=3, alpha=0.6)
     ax.axvline(budget, color="0.5", lw=0.8)
-    ax.set_xlabel(f"compute units ({summary['profile']}); budget at the grey line, dashed: extrapolated")
+    from .plan_report import axis_label
+
+    ax.set_xlabel(f"{axis_label(summary)}; budget at the grey line, dashed: extrapolated")
     ax.set_ylabel(f"{summary['metric']}")
     ax.set_title(f"{summary['plan']}: {FORM} per arm; dots: the mean over seeds", fontsize=9)
     ax.grid(alpha=0.3)

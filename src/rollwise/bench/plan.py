@@ -33,7 +33,8 @@ KIND_SPLIT = {"exploratory": "validation", "confirmatory": "test"}
 DECIDE_ON = ("seeds", "two-way")  # tuning reads validation, reports read test
 # run settings an arm may not override: they are what makes the arms comparable
 PLAN_KEYS = ("planner", "seed", "task", "steps", "budget_tokens", "budget_compute", "budget_seconds", "cost_profile", "eval_every",
-             "eval_every_tokens", "eval_every_compute", "eval_size", "eval_k", "eval_samples")
+             "eval_every_tokens", "eval_every_compute", "eval_size", "eval_k", "eval_samples", "budget_gpu_seconds",
+             "eval_every_gpu_seconds", "cluster_profile", "length_scale")
 REQUIRED = ("name", "kind", "task", "data_seed", "baseline", "arms", "seeds", "budget", "evaluation", "family",
             "decision")
 # Upper bounds on a plan's sizes, far above any real plan: a typo (count: 1000000000) is refused up front
@@ -41,7 +42,8 @@ REQUIRED = ("name", "kind", "task", "data_seed", "baseline", "arms", "seeds", "b
 MAX_SEEDS = 1000
 MAX_SIZE = {"pool_size": 1_000_000, "evaluation.size": 1_000_000, "evaluation.evaluations": 1000,
             "evaluation.k": 1024, "evaluation.samples": 1024, "budget.tokens": 10 ** 12,
-            "budget.compute_units": 1e15, "budget.wall_seconds": 1e7}
+            "budget.compute_units": 1e15, "budget.wall_seconds": 1e7, "budget.gpu_seconds": 1e12,
+            "budget.length_scale": 1e6}
 
 
 class PlanError(ValueError):
@@ -89,6 +91,11 @@ class Plan:
     # a wall-clock plan's cap on each run's training seconds (0: none); such a plan runs one run at a time
     budget_seconds: float = 0.0
     decide_on: str = "seeds"  # DecisionFile.interval: what a verdict needs besides Holm's p
+    # Bench 4.0: each run's cap on modelled GPU-seconds under `cluster` (0: none), every response length x
+    # `length_scale`; when set, evaluations are evenly spaced in GPU-seconds instead of compute units
+    budget_gpu_seconds: float = 0.0
+    cluster: str | None = None
+    length_scale: float = 0.0
 
     @property
     def wall_clock(self) -> bool:
@@ -144,6 +151,11 @@ class BudgetFile:
     tokens: Annotated[Int, at_least(1), _at_most(MAX_SIZE["budget.tokens"])]
     profile: str
     wall_seconds: Annotated[Float, finite(0, note="0: no wall-clock cap"), _at_most(MAX_SIZE["budget.wall_seconds"])] = 0.0
+    # modelled GPU-seconds (issue 41): the budget, the cluster profile they are modelled on, and the fixed factor
+    # every response length is scaled by (docs/bench3.md "Ending runs on modelled GPU-seconds")
+    gpu_seconds: Annotated[Float, finite(0, strict=True), _at_most(MAX_SIZE["budget.gpu_seconds"])] | None = None
+    cluster: str | None = None
+    length_scale: Annotated[Float, finite(0, strict=True), _at_most(MAX_SIZE["budget.length_scale"])] | None = None
 
 
 @checked
@@ -317,6 +329,7 @@ def parse_plan(text: str, where: str = "plan") -> Plan:
         load_profile(f.budget.profile)
     except ValueError as e:
         raise PlanError(f"{where}: budget: {e}") from None
+    _check_gpu_budget(f.budget, f.engine, where)
 
     ev, ew = f.evaluation, f"{where}: evaluation"
     split = ev.split or KIND_SPLIT[f.kind]
@@ -352,10 +365,41 @@ def parse_plan(text: str, where: str = "plan") -> Plan:
     except ValueError as e:
         raise PlanError(f"{where}: engine: {e}") from None
     b = f.budget
+    gpu = {} if b.gpu_seconds is None else {"budget_gpu_seconds": float(b.gpu_seconds), "cluster": b.cluster,
+                                            "length_scale": float(b.length_scale)}
     return Plan(f.name, f.kind, f.task, f.data_seed, baseline, arms, seeds, float(b.compute_units), b.profile,
                 b.tokens, split, ev.size, ev.evaluations, ev.k, ev.samples, ev.primary, list(family), float(alpha),
                 float(f.decision.goal_ratio), f.chosen_from, f.engine, f.sim_profile, f.pool_size,
-                dict(f.task_options), f.replication, float(b.wall_seconds), f.decision.interval)
+                dict(f.task_options), f.replication, float(b.wall_seconds), f.decision.interval, **gpu)
+
+
+def _check_gpu_budget(b: BudgetFile, engine: str, where: str) -> None:
+    """budget.gpu_seconds comes with its cluster profile and its length scale, each named by the error that
+    lacks it; the two are read only with it."""
+    bw = f"{where}: budget"
+    if b.gpu_seconds is None:
+        for key in ("cluster", "length_scale"):
+            if getattr(b, key) is not None:
+                raise PlanError(f"{bw}.{key}: read only with budget.gpu_seconds (a budget on modelled GPU-seconds)")
+        return
+    if engine == "sim":
+        raise PlanError(f"{bw}.gpu_seconds: the simulator's rows carry no response lengths to model GPU-seconds "
+                        "from (engine: sim ends runs on budget.tokens)")
+    if b.cluster is None:
+        from ..systems.profile import SHIPPED
+
+        raise PlanError(f"{bw}.gpu_seconds needs budget.cluster, the cluster profile they are modelled on (shipped: "
+                        f"{', '.join(sorted(p.stem for p in SHIPPED.glob('*.yaml')))})")
+    if b.length_scale is None:
+        raise PlanError(f"{bw}.gpu_seconds needs budget.length_scale, the factor every response length is scaled "
+                        "by (the cluster's mean generation length over the task's under the baseline at step 1), "
+                        "fixed in the plan before any run")
+    from ..systems.profile import load_profile as load_cluster
+
+    try:
+        load_cluster(b.cluster)
+    except ValueError as e:
+        raise PlanError(f"{bw}.cluster: {' '.join(str(e).split())}") from None
 
 
 def load_plan(path: str | Path) -> tuple[Plan, bytes]:
@@ -423,6 +467,11 @@ def arm_config(plan: Plan, arm: str, out: Path, jobs: int = 2) -> BenchConfig:
                        **({} if plan.engine == "sim" else
                           {"budget_compute": plan.budget_compute, "cost_profile": plan.profile,
                            "eval_compute": plan.budget_compute / plan.evaluations}),
+                       # issue 41: or on modelled GPU-seconds, evaluated at every 1/evaluations of them instead
+                       **({} if not plan.budget_gpu_seconds else
+                          {"budget_gpu_seconds": plan.budget_gpu_seconds, "cluster_profile": plan.cluster,
+                           "length_scale": plan.length_scale,
+                           "eval_gpu_seconds": plan.budget_gpu_seconds / plan.evaluations}),
                        pool_size=plan.pool_size, extra=extra, engine=plan.engine, sim_profile=plan.sim_profile,
                        task=plan.task, task_options=task_options(plan))
 

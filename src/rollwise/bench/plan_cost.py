@@ -11,6 +11,13 @@ evaluations: (evaluations + 1) x eval_size x (1 + samples per prompt) rollouts o
 length, at its decode seconds per token). The profile's figures come from arithmetic (10-token
 responses); a task with longer responses or another planner moves them, which the first finished
 runs then correct. The simulator engine costs nothing worth counting.
+
+A plan that also ends its runs on modelled GPU-seconds (budget.gpu_seconds) is estimated from one typical
+step of its baseline (`gpu_step`): batch_size prompts x n rows, every response of the length its length scale
+implies at step 1 (the cluster's mean generation length / length_scale) and every prompt assumed as long
+[ASSUMPTION: the plan says nothing of prompt lengths]; that step's modelled GPU-seconds say how many steps the
+budget buys, their compute units under the plan's profile what those steps cost, and the run's training is
+read at whichever budget those steps reach first. The first finished runs correct it, as above.
 """
 from __future__ import annotations
 
@@ -35,11 +42,44 @@ def profile_run_seconds(plan: Plan, cpu_profile: str = DEFAULT_CPU_PROFILE) -> f
     if "measured_s_per_decode_token" not in v or prof.seconds_per_unit is None:
         raise ValueError(f"cost profile {cpu_profile} has no measured validation figures to estimate from")
     if plan.budget_compute:  # the compute budget ends the run: its units at the CPU profile's price of one
-        train = plan.budget_compute * prof.seconds_per_unit  # (the plan's profile weighs work otherwise: rough)
+        units = plan.budget_compute
+        if plan.budget_gpu_seconds:  # or the GPU-second budget, if its steps cost fewer units (module docstring)
+            g = gpu_step(plan)
+            units = min(units, g["steps"] * g["units"])
+        train = units * prof.seconds_per_unit  # (the plan's profile weighs work otherwise: rough)
     else:
         train = plan.budget_tokens * v["measured_s_per_decode_token"]
     evals = (plan.evaluations + 1) * plan.eval_size * (1 + plan.samples_per_prompt())
     return train + evals * v["decode_tokens_per_rollout"] * prof.seconds_per_unit
+
+
+def gpu_step(plan: Plan) -> dict:
+    """The baseline's typical step under a GPU-second budget (module docstring): {length: response tokens,
+    gpu_s: its modelled GPU-seconds, steps: the budget's steps (at least 1: the step that reaches it is run),
+    units: its compute units under the plan's cost profile}."""
+    import math
+
+    from ..run.config import load_config
+    from ..systems import scale
+    from ..systems.profile import load_profile as load_cluster
+    from .costs import compute_units, logprob_passes
+    from .runner import run_settings
+
+    cfg = arm_config(plan, plan.baseline, Path("."))
+    run = load_config(None, run_settings(cfg, "default", cfg.planners[0], cfg.seed_values[0]))
+    cluster = load_cluster(plan.cluster)
+    length = cluster.gen_len_mean / plan.length_scale
+    rows, prompts = run.batch_size * run.n, run.batch_size
+    learner = rows * 2 * length * run.learner.epochs
+    row = {"step": 1, "rollouts": rows, "prompts": prompts, "prompt_tokens": prompts * length, "learner_tokens": learner,
+           **dict.fromkeys(scale.LENGTH_FIELDS, length)}
+    gpu_s = scale.gpu_seconds([row], cluster, plan.length_scale, scale.mode_of(run.to_dict()))[-1]
+    units = compute_units({"decode_tokens": rows * length, "prefill_tokens": prompts * length,
+                           "learner_tokens": learner,
+                           "logprob_tokens": logprob_passes(run.to_dict()) * learner / run.learner.epochs,
+                           "scoring_tokens": 0, "aux_tokens": 0}, load_profile(plan.profile))
+    return {"length": length, "gpu_s": gpu_s, "steps": max(math.ceil(plan.budget_gpu_seconds / gpu_s), 1),
+            "units": units}
 
 
 def run_states(plan: Plan, out: Path) -> dict[str, list[dict]]:
@@ -99,6 +139,13 @@ def format_estimate(plan: Plan, est: dict, title: str) -> str:
     lines.append(f"{'total':<24} {t['runs']:>5} {t['done']:>5} {t['left']:>5} {'':>8} {t['core_hours_spent']:>13.2f} "
                  f"{t['core_hours_left']:>12.2f}")
     lines.append(f"core-hours in all: {t['core_hours_total']:.2f} (a confirmatory plan's envelope is 16, tuning included)")
+    if plan.budget_gpu_seconds and plan.engine != "sim":
+        g = gpu_step(plan)
+        lines.append(f"GPU-second budget: a typical step of the baseline (responses of {g['length']:.3g} tokens = the "
+                     f"cluster's mean / length_scale, prompts assumed as long) is {g['gpu_s']:,.0f} modelled GPU-s under "
+                     f"{plan.cluster}, so {plan.budget_gpu_seconds:,.0f} GPU-s is about {g['steps']} steps, "
+                     f"{g['steps'] * g['units']:,.0f} of the {plan.budget_compute:,.0f} compute units; seconds per run "
+                     "above assume whichever budget those steps reach first")
     from .stats import min_seeds_for_family
 
     need = min_seeds_for_family(len(plan.family), plan.alpha)

@@ -117,6 +117,23 @@ def on_compute(run: dict, metric: str, profile: costs.CostProfile) -> tuple[list
     return stats.with_x(metric_rows(run["rows"], metric), xs), missing
 
 
+def on_gpu_seconds(run: dict, metric: str) -> list[dict]:
+    """A GPU-second plan's run (plan.budget_gpu_seconds) on the axis its runs ended on: the modelled GPU-seconds
+    every trained row recorded (`model_gpu_s`: the run's meter, systems/scale.py; step 0 at 0)."""
+    xs = []
+    for r in run["rows"]:
+        if r.get("step", 0) > 0 and "model_gpu_s" not in r:
+            raise ValueError(f"the row of step {r['step']} has no model_gpu_s: a run of a plan on GPU-seconds records "
+                             "them (was it made with this plan?)")
+        xs.append(float(r.get("model_gpu_s", 0.0)))
+    return stats.with_x(metric_rows(run["rows"], metric), xs)
+
+
+def read_budget(plan: Plan) -> float:
+    """The budget a plan's figures are read at: its GPU-seconds where its runs end on them, else its compute."""
+    return plan.budget_gpu_seconds or plan.budget_compute
+
+
 def rows_per_group(rows: list[dict]) -> float:
     per = [r["batch_rollouts"] / r["batch_groups"] for r in rows if r.get("batch_groups") and "batch_rollouts" in r]
     return float(np.mean(per)) if per else float("nan")
@@ -129,7 +146,7 @@ def also_against(plan: Plan, runs: dict, arm: str, other: str, axis, rng) -> dic
     paired = [i for i in range(len(plan.seeds)) if a[i] is not None and b[i] is not None]
     if not paired:
         return {"seeds_paired": 0}
-    budget = plan.budget_compute
+    budget = read_budget(plan)
     fb = np.array([stats.auc(axis(b[i]), budget) for i in paired])
     fa = np.array([stats.auc(axis(a[i]), budget) for i in paired])
     return {"seeds_paired": len(paired), "primary": stats.paired_difference(fb, fa, rng),
@@ -154,6 +171,8 @@ def summarize_plan(plan: Plan, out: Path, bootstrap_seed: int = 0, power_sims: i
     missing_counts: set[str] = set()
 
     def axis(r, prof=profile):
+        if plan.budget_gpu_seconds:  # read where the runs ended: on modelled GPU-seconds
+            return on_gpu_seconds(r, metric)
         rows, miss = on_compute(r, metric, prof)
         missing_counts.update(miss)
         return rows
@@ -170,7 +189,10 @@ def summarize_plan(plan: Plan, out: Path, bootstrap_seed: int = 0, power_sims: i
                "profile_sources": profile.sources, "budget_tokens": plan.budget_tokens, "family": plan.family,
                "family_size": len(plan.family), "alpha": plan.alpha, "goal_ratio": plan.goal_ratio,
                "decide_on": plan.decide_on, "chosen_from": plan.chosen_from, "replication": plan.replication, "seeds": plan.seeds, "arms": {}}
-    budget = plan.budget_compute
+    if plan.budget_gpu_seconds:  # runs ended on modelled GPU-seconds (issue 41); absent otherwise, as before
+        summary.update(budget_gpu_seconds=plan.budget_gpu_seconds, cluster=plan.cluster, length_scale=plan.length_scale,
+                       evaluations=plan.evaluations)
+    budget = read_budget(plan)
     for arm in plan.arms:
         if arm == plan.baseline:
             continue
@@ -194,7 +216,7 @@ def summarize_plan(plan: Plan, out: Path, bootstrap_seed: int = 0, power_sims: i
         goal = stats.compute_to_target(bx, ax, budget, rng)
         symmetric = stats.symmetric_time_to_target(bx, ax, budget, rng)
         cost_sens = {}
-        for ratio in costs.RATIOS:
+        for ratio in costs.RATIOS if not plan.budget_gpu_seconds else ():  # (compute units' prices only)
             if ratio == "decode":
                 continue
             for factor in (0.5, 2.0):
@@ -223,8 +245,10 @@ def summarize_plan(plan: Plan, out: Path, bootstrap_seed: int = 0, power_sims: i
         if plan.engine != "sim":  # the simulator's seconds are modelled, not read off a clock
             summary["arms"][arm]["clock"] = clock.clock_figures(tb, ta, rng, plan.budget_seconds)
             summary["arms"][arm]["equivalence"] = clock.equivalence(bx, ax, budget, rng)
+            # a plan that ended its runs on GPU-seconds reads them under its own cluster and length scale
+            gpu_plan = {"profile_name": plan.cluster, "factor": plan.length_scale} if plan.budget_gpu_seconds else {}
             summary["arms"][arm]["gpu_hours"] = clock.modelled([base[i] for i in paired], [rs[i] for i in paired],
-                                                               tb, ta, rng)
+                                                               tb, ta, rng, **gpu_plan)
     # Holm over the whole preregistered family: an arm without results yet counts with p = 1, so a
     # partial report is never less strict than the final one
     adjusted = stats.holm([summary["arms"][a].get("p", 1.0) for a in plan.family])
@@ -247,7 +271,8 @@ def summarize_plan(plan: Plan, out: Path, bootstrap_seed: int = 0, power_sims: i
     others = [m for m in ("eval_acc", f"eval_sampled_acc@{plan.samples_per_prompt()}") if m != metric
               and (m == "eval_acc" or plan.samples_per_prompt())]
     summary["secondary"] = {
-        m: {a: mean_curve([stats.with_x(metric_rows(r["rows"], m), costs.compute_curve(r["rows"], profile, r["config"])[0])
+        m: {a: mean_curve([on_gpu_seconds(r, m) if plan.budget_gpu_seconds else
+                           stats.with_x(metric_rows(r["rows"], m), costs.compute_curve(r["rows"], profile, r["config"])[0])
                            for r in rs if r is not None and any(m in x for x in r["rows"])], budget, points=2)
             for a, rs in runs.items() if any(r is not None and any(m in x for x in r["rows"]) for r in rs)}
         for m in others}
@@ -337,8 +362,16 @@ def markdown(summary: dict) -> str:
              f"{_prompts(summary)}.",
              f"- Baseline `{summary['baseline']}`; seeds {summary['seeds'][0]}–{summary['seeds'][-1]} "
              f"({len(summary['seeds'])}).",
-             f"- Budget {summary['budget_compute']:,.0f} compute units under `{summary['profile']}` (figures are read "
-             f"there); runs end at {summary['budget_tokens']:,} budget tokens (recorded alongside).",
+             (f"- Budget {summary['budget_compute']:,.0f} compute units under `{summary['profile']}` (figures are read "
+              f"there); runs end at {summary['budget_tokens']:,} budget tokens (recorded alongside)."
+              if not summary.get("budget_gpu_seconds") else
+              f"- Budget **{summary['budget_gpu_seconds']:,.0f} modelled GPU-seconds** under `{summary['cluster']}` "
+              f"(every response length x{summary['length_scale']:g}, fixed in the plan; the step-time model in each "
+              f"run's mode, systems/scale.py; modelled, not measured): runs end at the first step that reaches it and "
+              f"are evaluated at each 1/{summary['evaluations']} of it, and **every figure below is read on this axis**: "
+              f"where a figure says compute (compute-to-target, the curves, the fits) read modelled GPU-seconds. "
+              f"Caps: {summary['budget_compute']:,.0f} compute units under `{summary['profile']}`, "
+              f"{summary['budget_tokens']:,} budget tokens."),
              f"- {summary['formula']}.",
              f"- Primary figure: Δ mean `{summary['metric']}` ({summary['primary']}) over the compute budget, arm − "
              f"baseline on the same seed; two-sided exact sign-flip test; Holm over the family of "
@@ -404,7 +437,8 @@ def markdown(summary: dict) -> str:
         for a, g in sym.items():
             lines.append(f"| {a} | {g['base_acc']:.3f} → {g['end_acc']:.3f} ({g['target']:.3f}) | "
                          f"{stats.ratio_text(g)} |")
-    lines += curvefit.markdown_lines(summary.get("curve_fits"), summary["baseline"], summary["budget_compute"])
+    lines += curvefit.markdown_lines(summary.get("curve_fits"), summary["baseline"],
+                                     summary.get("budget_gpu_seconds") or summary["budget_compute"])
     lines += clock.markdown_lines(summary["arms"])
     also = [(a, o, x) for a, d in summary["arms"].items() for o, x in d.get("also", {}).items() if x.get("seeds_paired")]
     if also:
@@ -414,11 +448,12 @@ def markdown(summary: dict) -> str:
         for a, o, x in also:
             lines.append(f"| {a} | {o} | {x['seeds_paired']} | {_d(x['primary'])} | {x['p']:.4f} | "
                          f"{_rpg(summary['arms'][a]['rows_per_group'])} ({_rpg(x['rows_per_group'])}) |")
-    lines += ["", "Compute-to-target with each cost ratio halved / doubled (point estimates):", "",
-              "| arm | " + " | ".join(k for k in costs.RATIOS if k != "decode") + " |",
-              "|---" * len(costs.RATIOS) + "|"]
+    if not summary.get("budget_gpu_seconds"):  # (a GPU-second plan's figures price no compute units)
+        lines += ["", "Compute-to-target with each cost ratio halved / doubled (point estimates):", "",
+                  "| arm | " + " | ".join(k for k in costs.RATIOS if k != "decode") + " |",
+                  "|---" * len(costs.RATIOS) + "|"]
     for a, d in summary["arms"].items():
-        if d.get("seeds_paired"):
+        if d.get("seeds_paired") and not summary.get("budget_gpu_seconds"):
             cs = d["cost_sensitivity"]
             lines.append(f"| {a} | " + " | ".join("not defined" if _undefined(d["goal"]) else
                                                    f"{_x(cs[f'{k}x0.5'])} / {_x(cs[f'{k}x2'])}"
@@ -495,7 +530,7 @@ def plot_curves(summary: dict, path: Path) -> None:
         line, = ax.plot(x, m, color="black" if base else None, lw=2.2 if base else 1.2,
                         label=f"{a} ({c['seeds']} seeds)")
         ax.fill_between(x, m - se, m + se, color=line.get_color(), alpha=0.15 if base else 0.08, lw=0)
-    ax.set_xlabel(f"compute units ({summary['profile']})")
+    ax.set_xlabel(axis_label(summary))
     ax.set_ylabel(f"{summary['metric']} ({summary['data']})")
     ax.set_title(f"{summary['plan']} ({summary['kind']}): mean over seeds, band ±1 s.e.", fontsize=10)
     ax.grid(alpha=0.3)
@@ -503,6 +538,13 @@ def plot_curves(summary: dict, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=80)
     plt.close(fig)
+
+
+def axis_label(summary: dict) -> str:
+    """The x axis the plan's figures are read on."""
+    if summary.get("budget_gpu_seconds"):
+        return f"modelled GPU-seconds ({summary['cluster']}, lengths x{summary['length_scale']:g})"
+    return f"compute units ({summary['profile']})"
 
 
 def refuse_empty_report(plan: Plan, out: Path) -> None:

@@ -67,6 +67,12 @@ class BenchConfig:
     budget_compute: float = 0.0
     eval_compute: float = 0.0
     cost_profile: str = "gpu-h100-v1"
+    # Bench 4.0 (issue 41): runs may end on modelled GPU-seconds under `cluster_profile` (response lengths x
+    # `length_scale`), evaluated at every `eval_gpu_seconds` of them instead of compute. 0: not set
+    budget_gpu_seconds: float = 0.0
+    eval_gpu_seconds: float = 0.0
+    cluster_profile: str = "h100x16-llama8b-v1"
+    length_scale: float = 0.0
     eval_size: int = 1000
     # Small enough that a run revisits every prompt ~3 times within the budget: history-based selection
     # (GRESO, Prompt Replay, CDAS, ...) needs prompts to come back, as they do over the papers' epochs.
@@ -129,6 +135,7 @@ def run_settings(cfg: BenchConfig, mix: str, planner: str, seed: int) -> dict:
         "task_options": {**pool_options(cfg, mix), **cfg.task_options},
         **({"engine": cfg.engine} if cfg.engine != "torch" else {}),
         **(compute_settings(cfg) if cfg.budget_compute else {}),
+        **(gpu_settings(cfg) if cfg.budget_gpu_seconds else {}),
         **extra,
     }
 
@@ -138,6 +145,15 @@ def compute_settings(cfg: BenchConfig) -> dict:
     every `eval_compute` of them, not at token multiples."""
     return {"budget_compute": float(cfg.budget_compute), "cost_profile": cfg.cost_profile, "eval_every_tokens": 0,
             "eval_every_compute": float(cfg.eval_compute or cfg.budget_compute / 10)}
+
+
+def gpu_settings(cfg: BenchConfig) -> dict:
+    """A run ended on modelled GPU-seconds (a plan's `budget.gpu_seconds`): it stops once `budget_gpu_seconds`
+    are spent and is evaluated at every `eval_gpu_seconds` of them, in place of the compute spacing (a compute
+    budget, when set too, still ends it if reached first)."""
+    return {"budget_gpu_seconds": float(cfg.budget_gpu_seconds), "cluster_profile": cfg.cluster_profile,
+            "length_scale": float(cfg.length_scale), "eval_every_tokens": 0, "eval_every_compute": 0.0,
+            "eval_every_gpu_seconds": float(cfg.eval_gpu_seconds or cfg.budget_gpu_seconds / 10)}
 
 
 def pool_options(cfg: BenchConfig, mix: str) -> dict:
@@ -439,6 +455,9 @@ def progress_line(cfg: BenchConfig, key: tuple) -> str | None:
         return None
     accs = [r["eval_acc"] for r in rows if "eval_acc" in r]
     acc = f" acc {accs[-1]:.3f}" if accs else ""
+    if cfg.budget_gpu_seconds and "model_gpu_s" in rows[-1]:  # a plan's run on modelled GPU-seconds
+        return (f"bench: {Path(cfg.out).name}/seed{key[2]} step {rows[-1]['step']} GPU-s "
+                f"{rows[-1]['model_gpu_s']:,.0f}/{cfg.budget_gpu_seconds:,.0f}{acc}")
     if cfg.budget_compute and "compute" in rows[-1]:  # a plan's run: its arm (the bench's dir) and its compute
         return (f"bench: {Path(cfg.out).name}/seed{key[2]} step {rows[-1]['step']} compute "
                 f"{rows[-1]['compute'] / 1e3:.0f}k/{cfg.budget_compute / 1e3:g}k{acc}")

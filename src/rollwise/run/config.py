@@ -61,6 +61,16 @@ class Config:
     budget_compute: Annotated[Float, finite(0, note="0 = no limit")] = setting(0.0, "stop once this many compute units are spent under cost_profile: decode, "
                                          "prefill and the learner's passes priced per token (0: no limit; "
                                          "run/budget.py)")
+    budget_gpu_seconds: Annotated[Float, finite(0, note="0 = no limit")] = setting(0.0, "stop once this many modelled GPU-seconds are spent: each step's work at "
+                                             "cluster_profile's scale (response lengths x length_scale), priced by "
+                                             "the step-time model in the run's mode (0: no limit; systems/scale.py)")
+    eval_every_gpu_seconds: Annotated[Float, finite(0, note="0 = off")] = setting(0.0, "also evaluate at the first step after each multiple of this many "
+                                                 "modelled GPU-seconds (0: off)")
+    cluster_profile: str = setting("h100x16-llama8b-v1", "the cluster profile GPU-seconds are modelled on: a "
+                                                         "shipped name or a YAML file (systems/profile.py)")
+    length_scale: Annotated[Float, finite(0, note="needed by the GPU-second settings")] = setting(0.0, "every response length x this at the cluster profile's scale (the "
+                                         "profile's mean generation length over the task's at step 1); needed by "
+                                         "budget_gpu_seconds and eval_every_gpu_seconds")
     cost_profile: str = setting("gpu-h100-v1", "the cost profile that prices compute units: a shipped name "
                                                "(gpu-h100-v1, cpu-epyc-v1) or a YAML file")
     eval_every: Annotated[Int, at_least(0, "0 = off")] = setting(10, "steps between held-out evaluations (0: off unless eval_every_tokens is set)")
@@ -328,6 +338,8 @@ def check_fields(cfg: Config) -> None:
     from ..bench.costs import load_profile
 
     load_profile(cfg.cost_profile)  # an unknown profile or a bad file: one line naming it
+    if cfg.budget_gpu_seconds or cfg.eval_every_gpu_seconds:
+        check_gpu_seconds(cfg)
     check_reward(cfg)
     from .loggers import check_loggers
 
@@ -347,6 +359,19 @@ def check_fields(cfg: Config) -> None:
     if cfg.learner.kl_estimator not in KL_ESTIMATORS:
         raise ValueError(f"learner.kl_estimator must be one of {', '.join(KL_ESTIMATORS)}, "
                          f"got {cfg.learner.kl_estimator!r}")
+
+
+def check_gpu_seconds(cfg: Config) -> None:
+    """A GPU-second budget or spacing needs its length scale and a cluster profile that loads."""
+    from ..systems.profile import load_profile as load_cluster
+
+    if not cfg.length_scale:
+        raise ValueError("length_scale must be > 0 with budget_gpu_seconds or eval_every_gpu_seconds (response "
+                         "lengths x it at cluster_profile's scale), got 0")
+    try:
+        load_cluster(cfg.cluster_profile)
+    except ValueError as e:
+        raise ValueError(f"cluster_profile: {e}") from None
 
 
 def check_reward(cfg: Config) -> None:
@@ -425,8 +450,9 @@ def resolve_device(device: str) -> str:
 # run lives. None of them changes what a step computes. Any other change needs allow_config_change.
 # `device` may change too: a checkpoint holds CPU tensors and loads on any device (another device rounds
 # differently, so a resume there continues the run, not bit for bit).
-RESUME_MAY_CHANGE = ("out", "steps", "budget_tokens", "budget_compute", "eval_every", "eval_every_tokens",
-                     "eval_every_compute", "checkpoint_every", "loggers", "device")
+RESUME_MAY_CHANGE = ("out", "steps", "budget_tokens", "budget_compute", "budget_gpu_seconds", "eval_every",
+                     "eval_every_tokens", "eval_every_compute", "eval_every_gpu_seconds", "checkpoint_every", "loggers",
+                     "device")
 
 
 def flat(d: dict, prefix: str = "") -> dict:

@@ -25,7 +25,7 @@ import contextlib
 import json
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -203,7 +203,7 @@ class Trainer:
         self.loggers = open_loggers(cfg.loggers, self.out, cfg.to_dict())
         if resumed:
             self.log(f"resuming {self.out} from step {self.step}")
-        evals = cfg.eval_every or cfg.eval_every_tokens or cfg.eval_every_compute
+        evals = cfg.eval_every or cfg.eval_every_tokens or cfg.eval_every_compute or cfg.eval_every_gpu_seconds
         if self.step == 0 and evals:
             rows.append(self._log_row({"step": 0, "tokens": 0, **self._evaluate()}, metrics_file))
         return self._schedule(self.source(), rows, metrics_file, evals)
@@ -225,20 +225,29 @@ class Trainer:
         bar = tqdm(total=cfg.steps, initial=self.step, desc=f"train {cfg.planner}", file=sys.stderr,
                    disable=not sys.stderr.isatty() and os.environ.get("ROLLWISE_PROGRESS") != "1")
         before = self.budget.spent(self.ledger)
+        # modelled GPU-seconds are read off each step's row (its length shape), not the ledger: the meter
+        # recounts a resumed run's recorded rows, and a run already at its budget trains no further step
+        meter = self.budget.meter(rows)
+        if meter is not None:
+            before = replace(before, gpu_s=meter.total)
         try:
-            for done in source.steps():
+            for done in (() if meter is not None and self.budget.exhausted_at(before) else source.steps()):
                 self.step = done.step  # the schedule's count: steps trained so far
                 row = self.step_row(done.ctx, done.out, done.view, done.tokens_before)
+                spent = done.spent
+                if meter is not None:
+                    spent = replace(spent, gpu_s=meter.add(row))
+                    row["model_gpu_s"] = spent.gpu_s
                 timing = source.timing()  # training time up to this step's end (read before its evaluation)
-                last = self.step >= cfg.steps or self.budget.exhausted_at(done.spent) \
+                last = self.step >= cfg.steps or self.budget.exhausted_at(spent) \
                     or self.budget.out_of_time(timing["wall_s"])
-                if evals and (last or self._eval_due(before, done.spent)):
+                if evals and (last or self._eval_due(before, spent)):
                     with source.paused():  # not training time; an async source generates nothing meanwhile
                         row.update(self._evaluate())
                 row.update(timing)
                 rows.append(self._log_row(row, metrics_file))
                 self._last_row = row
-                before = done.spent
+                before = spent
                 bar.update(1)
                 bar.set_postfix(reward=_short(row.get("reward_mean")), ent=_short(row.get("entropy")),
                                 zv=_short(row.get("zero_var_frac_gen")), tokens=row["tokens"],

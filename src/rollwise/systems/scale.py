@@ -49,7 +49,7 @@ rebuilds a row's lengths from whichever it carries.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from statistics import NormalDist
 
 import numpy as np
@@ -192,35 +192,61 @@ def base_mean_length(runs: list[list[dict]]) -> float:
     return float(np.mean(firsts))
 
 
+PREV = ("rollouts", "prompt_tokens", "learner_tokens")  # the cumulative counts a step's work is the difference of
+
+
+def step_work(r: dict, prev: dict, factor: float, longtail: LongTailMap | None = None) -> StepWork:
+    """One trained row's StepWork at the profile's scale; `prev`: the cumulative counts (PREV) of the trained
+    row before it (zeros for the first)."""
+    n = int(r["rollouts"] - prev.get("rollouts", 0))
+    groups = max(int(r.get("prompts") or 1), 1)
+    lengths = factor * row_lengths(r, n)
+    lengths = np.round(lengths if longtail is None else longtail(lengths))
+    prompt = factor * (r.get("prompt_tokens", 0) - prev.get("prompt_tokens", 0)) / groups
+    trained = factor * (r.get("learner_tokens", 0) - prev.get("learner_tokens", 0))
+    gid = np.arange(n) * groups // max(n, 1)  # rows of one group side by side
+    return StepWork([Round(np.maximum(lengths, 1).astype(np.int64), np.full(n, prompt), gid)], trained)
+
+
 def step_works(rows: list[dict], factor: float, longtail: LongTailMap | None = None) -> list[StepWork]:
     """Each trained row's StepWork at the profile's scale (rows in step order); variant 2 when `longtail` is
     given (module docstring)."""
-    out, prev = [], {"rollouts": 0, "prompt_tokens": 0, "learner_tokens": 0}
+    out, prev = [], dict.fromkeys(PREV, 0)
     for r in rows:
         if r.get("step", 0) <= 0:
             continue
-        n = int(r["rollouts"] - prev["rollouts"])
-        groups = max(int(r.get("prompts") or 1), 1)
-        lengths = factor * row_lengths(r, n)
-        lengths = np.round(lengths if longtail is None else longtail(lengths))
-        prompt = factor * (r.get("prompt_tokens", 0) - prev["prompt_tokens"]) / groups
-        trained = factor * (r.get("learner_tokens", 0) - prev["learner_tokens"])
-        gid = np.arange(n) * groups // max(n, 1)  # rows of one group side by side
-        out.append(StepWork([Round(np.maximum(lengths, 1).astype(np.int64), np.full(n, prompt), gid)], trained))
-        prev = {k: r.get(k, 0) for k in prev}
+        out.append(step_work(r, prev, factor, longtail))
+        prev = {k: r.get(k, 0) for k in PREV}
     return out
+
+
+@dataclass
+class GpuMeter:
+    """A run's modelled GPU-seconds so far, one metrics row at a time: every GPU of the deployment for each
+    trained step (step 0 adds nothing). `gpu_seconds` is this meter over a run's rows, so a run that ends on a
+    GPU-second budget (run/budget.py) counts exactly what the reports read afterwards, and a resumed run
+    recounts its recorded rows to the same total."""
+    profile: ClusterProfile
+    factor: float
+    mode: str
+    longtail: LongTailMap | None = None
+    total: float = 0.0
+    prev: dict = field(default_factory=lambda: dict.fromkeys(PREV, 0))
+
+    def add(self, r: dict) -> float:
+        """The cumulative GPU-seconds once row `r` (the next in step order) is counted."""
+        if r.get("step", 0) > 0:
+            work = step_work(r, self.prev, self.factor, self.longtail)
+            self.total += step_time(self.profile, work, self.mode).step_s * self.profile.gpus
+            self.prev = {k: r.get(k, 0) for k in PREV}
+        return self.total
 
 
 def gpu_seconds(rows: list[dict], profile: ClusterProfile, factor: float, mode: str,
                 longtail: LongTailMap | None = None) -> list[float]:
     """Cumulative modelled GPU-seconds at each row (step 0 at 0): every GPU of the deployment for the step."""
-    works = iter(step_works(rows, factor, longtail))
-    total, out = 0.0, []
-    for r in rows:
-        if r.get("step", 0) > 0:
-            total += step_time(profile, next(works), mode).step_s * profile.gpus
-        out.append(total)
-    return out
+    meter = GpuMeter(profile, factor, mode, longtail)
+    return [meter.add(r) for r in rows]
 
 
 def mode_of(config: dict) -> str:
