@@ -49,6 +49,8 @@ from rollwise.tasks.arithmetic import ArithmeticTask
 
 MODEL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=4, max_position_embeddings=64)
+# vLLM's CPU attention needs a head dimension that is a multiple of 32: two heads of 32 (tests/test_vllm_engine.py)
+VLLM_MODEL = {**MODEL, "num_attention_heads": 2, "num_key_value_heads": 2}
 SFT = dict(steps=400, batch_size=64, lr=2e-3, seed=0)
 # Planner options per config. DUET's length gate is set for this task's lengths: every answer is at most
 # 7 characters + EOS = 8 tokens, so a row still running past h_abort + grace = 8 tokens is wrong; the gate
@@ -63,11 +65,11 @@ VLLM_ENV = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "1
             "VLLM_CPU_KVCACHE_SPACE": "1"}
 
 
-def base_model(task: ArithmeticTask, log=print) -> Path:
+def base_model(task: ArithmeticTask, log=print, shape: dict = MODEL) -> Path:
     """The warm-started Llama, built once and cached by a hash of what shapes it."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    key = hashlib.sha256(json.dumps([MODEL, SFT, task.seed, task.heldout_size], sort_keys=True).encode()).hexdigest()[:12]
+    key = hashlib.sha256(json.dumps([shape, SFT, task.seed, task.heldout_size], sort_keys=True).encode()).hexdigest()[:12]
     cache = Path(os.environ.get("ROLLWISE_CACHE", Path.home() / ".cache" / "rollwise"))
     path = cache / f"trl-bench-llama-{key}"
     if (path / "config.json").exists():
@@ -75,7 +77,7 @@ def base_model(task: ArithmeticTask, log=print) -> Path:
     tok = char_tokenizer()
     torch.manual_seed(SFT["seed"])
     cfg = LlamaConfig(vocab_size=len(tok), eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                      bos_token_id=None, **MODEL)
+                      bos_token_id=None, **shape)
     model = LlamaForCausalLM(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=SFT["lr"], weight_decay=0.0)
     examples = task.sft_examples(SFT["steps"] * SFT["batch_size"], seed=10_000 + SFT["seed"])
@@ -302,7 +304,8 @@ def main(argv=None):
     if a.vllm:
         shared_vllm()
     task = ArithmeticTask(pool_size=a.pool, heldout_size=128, seed=0)
-    base = base_model(task)
+    shape = VLLM_MODEL if a.vllm else MODEL
+    base = base_model(task, shape=shape)
     tok = char_tokenizer()
     from transformers import LlamaForCausalLM
 
@@ -326,7 +329,7 @@ def main(argv=None):
             "versions": versions,
             "setup": {"prompts_per_step": a.prompts, "generations": a.generations, "steps": a.steps,
                       "tokens": a.tokens, "max_completion": a.max_completion, "options": OPTIONS,
-                      "pool": a.pool, "heldout": 128, "model": MODEL, "warm_start": SFT, "lr": lr,
+                      "pool": a.pool, "heldout": 128, "model": shape, "warm_start": SFT, "lr": lr,
                       "vllm": a.vllm, "rotate": a.rotate, "threads": a.threads},
             "label": "exploratory (no preregistered plan)",
             "base_heldout": base_acc, "runs": runs, "summary": summarize(runs), "paired": paired(runs)}
