@@ -418,8 +418,25 @@ def render(path: Path) -> str:
             text += (f"| {config} | {w['seeds']} | {w['ratio']:.2f} | [{w['lo']:.2f}, {w['hi']:.2f}] | "
                      + ", ".join(f"{x:.2f}" for x in w["per_seed"]) + " | "
                      + (f"{c['ratio']:.2f} | [{c['lo']:.2f}, {c['hi']:.2f}] |" if c else "- | - |") + "\n")
+    if ratio and ratio.get("wall_s"):
+        text += per_seed_table(data["runs"])
     if data.get("note"):
         text += "\n" + data["note"] + "\n"
+    return text
+
+
+def per_seed_table(runs: list[dict]) -> str:
+    """Seed by seed, in the order the runs ran: each config's held-out accuracy, wall and CPU seconds."""
+    configs = list(dict.fromkeys(r["config"] for r in runs))
+    seeds = list(dict.fromkeys(r["seed"] for r in runs))
+    head = " | ".join(f"{c} acc | {c} wall s | {c} CPU s" for c in configs)
+    text = (f"\nPer seed (first: the config that ran first on that seed):\n\n| seed | first | {head} |\n"
+            + "| --- " * (2 + 3 * len(configs)) + "|\n")
+    for seed in seeds:
+        rs = {r["config"]: r for r in runs if r["seed"] == seed}
+        cells = " | ".join(f"{rs[c]['final_acc']:.3f} | {rs[c]['wall_s']:.0f} | {rs[c].get('cpu_s', float('nan')):.0f}"
+                           if c in rs else "- | - | -" for c in configs)
+        text += f"| {seed} | {next(r['config'] for r in runs if r['seed'] == seed)} | {cells} |\n"
     return text
 
 

@@ -75,3 +75,5 @@ def test_render_shows_the_sweep_and_the_paired_ratio(bench, tmp_path):
     assert "| pods+ar3po | 3 | +0.100 |" in text  # accuracy: +0.0, +0.1, +0.2 over grpo's 0.5
     assert "Learning rate 0.0003. TRL generates with vLLM (colocate mode" in text
     assert "| 20 (10, 10, 40) | 40 (20, 20, 80) |" in text  # grpo's wall and CPU seconds
+    assert "| seed | first | grpo acc | grpo wall s | grpo CPU s | pods+ar3po acc |" in text
+    assert "| 1 | grpo | 0.500 | 10 | 20 | 0.600 | 20 | 40 |" in text
