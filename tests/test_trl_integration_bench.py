@@ -27,9 +27,9 @@ def test_run_order_pairs_a_seeds_runs_and_rotates_which_config_goes_first(bench)
 
 
 def test_pick_lr_keeps_the_best_mean_accuracy_and_the_lower_lr_on_a_tie(bench):
-    sweep = [{"lr": 1e-3, "seed": 100, "final_acc": 0.9, "wall_s": 1.0}, {"lr": 1e-3, "seed": 101, "final_acc": 0.5, "wall_s": 3.0},
-             {"lr": 1e-4, "seed": 100, "final_acc": 0.6, "wall_s": 1.0}, {"lr": 1e-4, "seed": 101, "final_acc": 0.7, "wall_s": 1.0},
-             {"lr": 3e-4, "seed": 100, "final_acc": 0.7, "wall_s": 1.0}, {"lr": 3e-4, "seed": 101, "final_acc": 0.6, "wall_s": 1.0}]
+    sweep = [{"lr": lr, "seed": seed, "final_acc": acc, "wall_s": wall} for lr, seed, acc, wall in [
+        (1e-3, 100, 0.9, 1.0), (1e-3, 101, 0.5, 3.0), (1e-4, 100, 0.6, 1.0), (1e-4, 101, 0.7, 1.0),
+        (3e-4, 100, 0.7, 1.0), (3e-4, 101, 0.6, 1.0)]]
     means = bench.lr_means(sweep)
     assert means[1e-3]["final_acc"] == pytest.approx(0.7) and means[1e-3]["wall_s"] == 2.0
     assert bench.pick_lr(sweep) == 1e-3  # 0.70 beats 0.65 twice
