@@ -27,8 +27,8 @@ from seed to seed, so that paired runs share the machine's load; each config's m
     nice -n 10 .venv/bin/python benchmarks/trl_integration.py --configs grpo ar3po duet-abort ar3po+duet-abort \
         --seeds 0 1 2 3 4 --tokens 8000 --max-completion 12 --out benchmarks/results/trl_integration_winners.json
     nice -n 19 .venv-vllm/bin/python benchmarks/trl_integration.py --vllm colocate --configs grpo pods+ar3po \
-        --tune-lrs 1e-4 3e-4 1e-3 --tune-seeds 100 101 102 --seeds 0 1 2 3 4 5 6 7 --rotate --tokens 12000 \
-        --steps 100 --pool 64 --max-completion 12 --threads 1 --out benchmarks/results/trl_vllm_colocate.json
+        --tune-lrs 1e-5 3e-5 1e-4 --tune-seeds 100 101 102 --seeds 0 1 2 3 4 5 6 7 --rotate --tokens 24000 \
+        --steps 200 --pool 64 --max-completion 12 --threads 1 --out benchmarks/results/trl_vllm_colocate.json
 """
 from __future__ import annotations
 
