@@ -155,23 +155,31 @@ def plot(figs: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    floor, top = 0.25, 10.0  # log axis; "not reached" (ratio 0) is drawn at the floor as a down-pointing marker
     fig, ax = plt.subplots(figsize=(7, 4.5))
     arms = sorted({a for f in figs for a in f["arms"]})
     offsets = dict(zip(arms, np.linspace(-0.012, 0.012, len(arms))))  # spread points that share a task's p0
     for i, a in enumerate(arms):
-        pts = [(f["p0"], f["arms"][a]["compute_to_target"]) for f in figs if a in f["arms"]]
-        pts = [(p, g) for p, g in pts if g and g.get("defined") and np.isfinite(g["ratio"]) and g["ratio"] > 0]
-        if not pts:
-            continue
-        x = np.array([p for p, _ in pts]) + offsets[a]
-        y = np.array([g["ratio"] for _, g in pts])
-        err = np.array([[max(g["ratio"] - g["lo"], 0), max(g["hi"] - g["ratio"], 0)] for _, g in pts]).T
-        ax.errorbar(x, y, yerr=err, fmt="o", capsize=3, label=a, color=f"C{i}")
+        pts = [(f["p0"] + offsets[a], f["arms"][a]["compute_to_target"]) for f in figs if a in f["arms"]]
+        pts = [(p, g) for p, g in pts if g and g.get("defined") and np.isfinite(g["ratio"])]
+        shown = [(p, g) for p, g in pts if g["ratio"] > 0]
+        if shown:
+            y = np.array([g["ratio"] for _, g in shown])
+            lo = np.array([max(g["lo"], floor) for _, g in shown])
+            hi = np.array([min(g["hi"], top) for _, g in shown])
+            ax.errorbar([p for p, _ in shown], y, yerr=[np.maximum(y - lo, 0), np.maximum(hi - y, 0)], fmt="o",
+                        capsize=3, label=a, color=f"C{i}")
+        unreached = [p for p, g in pts if g["ratio"] == 0]
+        if unreached:
+            ax.plot(unreached, [floor * 1.08] * len(unreached), "v", color=f"C{i}",
+                    label=None if shown else a)
     p = np.linspace(0.05, 0.9, 100)
     ax.plot(p, 1 / (1 - p), "k--", lw=1, label="1/(1 - p0)")
     ax.axhline(1.0, color="grey", lw=0.8)
     for f in figs:
-        ax.annotate(f["task"], (f["p0"], 0.3), ha="center", fontsize=8, color="grey")
+        ax.annotate(f["task"], (f["p0"], top * 0.8), ha="center", fontsize=8, color="grey")
+    ax.set_ylim(floor, top)
+    ax.text(0.01, 0.01, "▼ at the floor: not reached within the budget", transform=ax.transAxes, fontsize=7, color="grey")
     ax.set_yscale("log")
     ax.set_xlabel("initial zero-variance share p0 (tuned GRPO, first 3 steps)")
     ax.set_ylabel("compute-to-target vs tuned GRPO (x)")
