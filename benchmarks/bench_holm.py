@@ -1,19 +1,32 @@
-"""Holm over every confirmatory hypothesis of the bench so far, beside each plan's own (issue 47, item 4).
+"""Holm over a family of confirmatory hypotheses wider than one plan's.
 
-    python benchmarks/bench_holm.py
+    python benchmarks/bench_holm.py                       # every confirmatory record (issue 47, item 4)
+    python benchmarks/bench_holm.py --suite suite_confirm # one plan split over files (issue 43, item 5)
 
-Each confirmatory record's family (its `summary.json`: the arms it decides and their exact sign-flip p)
-joins one family; the bench-wide Holm p grows with every plan, so a verdict that passes its own plan may
-not pass here. Records are read in the order of their names; nothing is written.
+Bench-wide: each confirmatory record's family (its `summary.json`: the arms it decides and their exact
+sign-flip p) joins one family; the bench-wide Holm p grows with every plan, so a verdict that passes its own
+plan may not pass here. Records are read in the order of their names; nothing is written.
+
+Suite (`--suite PREFIX`): the records named PREFIX_* are the files of ONE preregistered plan over several
+tasks (a plan names one task, so a suite is a file per task), and their families together are the decision's
+family. Each arm's verdict is the plan report's own rule (bench/plan_report.py `verdict`) applied with the
+suite's Holm p instead of its file's: Holm at the plans' alpha, and where the plans decide on the two-way
+interval, that interval on the same side of 0. The goal is read as the plan report reads its own (a verdict
+of "higher" and the ratio >= the goal with its interval above 1), on the symmetric compute-to-target, per
+task: met when at least `--goal-tasks` tasks have an arm that meets it. It writes PREFIX.{md,json} beside
+the records.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from rollwise.bench.stats import holm  # noqa: E402
+from rollwise.bench.plan import load_plan  # noqa: E402
+from rollwise.bench.plan_report import verdict  # noqa: E402
+from rollwise.bench.stats import holm, min_seeds_for_family  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -39,7 +52,85 @@ def bench_wide(results: Path = RESULTS) -> list[dict]:
     return hs
 
 
-def main() -> int:
+def suite(prefix: str, results: Path = RESULTS, goal_tasks: int = 3) -> dict:
+    """The suite's verdicts: Holm over the families of the records PREFIX_*, each arm judged by its plan's rule."""
+    files = sorted(f for f in results.glob(f"{prefix}_*/summary.json"))
+    if not files:
+        raise SystemExit(f"bench_holm: no records named {prefix}_* with a summary.json under {results}")
+    plans, summaries = {}, {}
+    for f in files:
+        s = json.loads(f.read_text())
+        if s.get("kind") != "confirmatory":
+            raise SystemExit(f"bench_holm: {f.parent.name} is {s.get('kind')!r}, not confirmatory: not a suite file")
+        plans[f.parent.name], _ = load_plan(f.parent / "plan.yaml")
+        summaries[f.parent.name] = s
+    alphas = {p.alpha for p in plans.values()}
+    if len(alphas) != 1:
+        raise SystemExit(f"bench_holm: the suite's files disagree on alpha ({sorted(alphas)}): not one plan")
+    family = [(r, a) for r, s in summaries.items() for a in s["family"]]
+    # an arm without results yet counts with p = 1, as in a plan's own report: partial is never less strict
+    adjusted = holm([summaries[r]["arms"].get(a, {}).get("p", 1.0) for r, a in family])
+    alpha = alphas.pop()
+    fewest = min_seeds_for_family(len(family), alpha)
+    rows = []
+    for (r, a), adj in zip(family, adjusted):
+        d, plan = summaries[r]["arms"].get(a, {}), plans[r]
+        row = {"record": r, "task": summaries[r]["task"], "task_options": summaries[r].get("task_options", {}),
+               "arm": a, "seeds": d.get("seeds_paired", 0), "p": d.get("p", 1.0), "p_file": d.get("p_holm", 1.0),
+               "p_suite": float(adj), "primary": d.get("primary"), "two_way": d.get("primary_two_way"),
+               "symmetric": d.get("symmetric")}
+        row["verdict"] = verdict(d, float(adj), plan, fewest) if d.get("seeds_paired") else "not run yet"
+        g = row["symmetric"] or {}
+        row["goal_met"] = bool(row["verdict"] == "higher" and g.get("defined") and g["ratio"] >= plan.goal_ratio
+                               and g["lo"] > 1)
+        rows.append(row)
+    met_tasks = sorted({r["record"] for r in rows if r["goal_met"]})
+    return {"prefix": prefix, "alpha": alpha, "family_size": len(family), "fewest_seeds": fewest, "rows": rows,
+            "goal_ratio": sorted({p.goal_ratio for p in plans.values()}), "goal_tasks": goal_tasks,
+            "tasks_meeting_goal": met_tasks, "goal_met": len(met_tasks) >= goal_tasks}
+
+
+def _iv(d: dict | None, key: str = "diff") -> str:
+    return "-" if not d else f"{d[key]:+.4f} [{d['lo']:+.4f}, {d['hi']:+.4f}]"
+
+
+def _ratio(g: dict | None) -> str:
+    if not g or not g.get("defined"):
+        return "not defined"
+    return ("not reached" if g["ratio"] == 0 else f"{g['ratio']:.2f}x") + f" [{g['lo']:.2f}, {g['hi']:.2f}]"
+
+
+def suite_markdown(v: dict, command: str) -> str:
+    lines = [f"# {v['prefix']}: the suite's verdicts", "",
+             f"`{command}`. One family of {v['family_size']} over the suite's files, Holm at alpha {v['alpha']}; "
+             "an arm passes where its suite-Holm p is under alpha and its two-way interval (seeds and held-out "
+             "prompts) is on the same side of 0. Primary: greedy accuracy, mean over the compute budget, test "
+             "split. Compute-to-target: the symmetric definition (80% of tuned GRPO's gain), compute units.", "",
+             "| task | arm | seeds | Δ primary [seeds 95%] | two-way [95%] | p | Holm, its file | Holm, suite | "
+             "verdict | compute-to-target | goal |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in v["rows"]:
+        lines.append(f"| {r['record']} | {r['arm']} | {r['seeds']} | {_iv(r['primary'])} | {_iv(r['two_way'])} | "
+                     f"{r['p']:.4f} | {r['p_file']:.4f} | {r['p_suite']:.4f} | {r['verdict']} | "
+                     f"{_ratio(r['symmetric'])} | {'met' if r['goal_met'] else 'not met'} |")
+    lines += ["", f"Goal (>= {'/'.join(f'{g:g}' for g in v['goal_ratio'])}x compute-to-target, passing, on at least "
+              f"{v['goal_tasks']} tasks): **{'met' if v['goal_met'] else 'not met'}** "
+              f"({len(v['tasks_meeting_goal'])} task(s) meet it{': ' + ', '.join(v['tasks_meeting_goal']) if v['tasks_meeting_goal'] else ''})."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--suite", metavar="PREFIX", help="judge the records PREFIX_* as one plan's family")
+    ap.add_argument("--goal-tasks", type=int, default=3, help="tasks that must meet the goal (issue 43: 3)")
+    args = ap.parse_args(argv)
+    if args.suite:
+        v = suite(args.suite, goal_tasks=args.goal_tasks)
+        command = f"python benchmarks/bench_holm.py --suite {args.suite}"
+        md = suite_markdown(v, command)
+        (RESULTS / f"{args.suite}.md").write_text(md)
+        (RESULTS / f"{args.suite}.json").write_text(json.dumps({"command": command, **v}, indent=1, default=float))
+        print(md)
+        return 0
     hs = bench_wide()
     print(f"{len(hs)} confirmatory hypotheses; alpha 0.05\n")
     print("| record | arm | Δ primary | p (sign-flip) | Holm, its plan | Holm, bench-wide |")

@@ -19,3 +19,54 @@ def test_every_confirmatory_family_joins_and_the_bench_wide_p_is_never_below_the
                                                                   for a in s["family"])
     for h, adj in zip(hs, holm([h["p"] for h in hs])):
         assert adj >= h["p_plan"] - 1e-12, h  # a larger family is never less strict
+
+
+def _record(root: Path, name: str, plan: str, arms: dict) -> None:
+    """A suite file's record: the plan it ran and a summary with the figures `suite` reads."""
+    d = root / name
+    d.mkdir()
+    (d / "plan.yaml").write_text((ROOT / "benchmarks/plans" / plan).read_text())
+    (d / "summary.json").write_text(json.dumps({"kind": "confirmatory", "task": "remainder", "family": list(arms),
+                                                "arms": arms}))
+
+
+def _arm(p: float, diff: float, lo2: float, hi2: float, ratio: float, rlo: float, seeds: int = 10) -> dict:
+    return {"seeds_paired": seeds, "p": p, "p_holm": p, "primary": {"diff": diff, "lo": diff - 0.01, "hi": diff + 0.01},
+            "primary_two_way": {"diff": diff, "lo": lo2, "hi": hi2},
+            "symmetric": {"defined": True, "ratio": ratio, "lo": rlo, "hi": ratio + 1}}
+
+
+def test_a_suite_is_one_family_over_its_files_judged_by_the_plans_rule(tmp_path):
+    from bench_holm import suite
+    # p 0.002, 0.01, 0.04 over m = 3 -> Holm 0.006, 0.02, 0.04 (all under 0.05); the files alone would give
+    # 0.002 (a family of one) and 0.02, 0.04
+    _record(tmp_path, "s_a", "suite_confirm_remainder.yaml", {"ar3po": _arm(0.002, +0.02, +0.005, +0.035, 2.5, 1.2)})
+    _record(tmp_path, "s_b", "suite_confirm_easy.yaml", {
+        "ar3po": _arm(0.01, +0.01, -0.002, +0.02, 3.0, 1.5),          # seeds pass, two-way interval crosses 0
+        "reinforce-ada": _arm(0.04, -0.02, -0.03, -0.004, 0.5, 0.2)})  # lower on both
+    _record(tmp_path, "other_c", "suite_confirm_hard.yaml", {"ar3po": _arm(1e-6, 0.1, 0.05, 0.2, 9.0, 5.0)})
+    v = suite("s", tmp_path, goal_tasks=1)
+    assert v["family_size"] == 3 and v["fewest_seeds"] == 7  # ceil(log2(2 * 3 / 0.05)) = ceil(6.91)
+    got = {(r["record"], r["arm"]): r for r in v["rows"]}
+    assert [round(got[k]["p_suite"], 6) for k in [("s_a", "ar3po"), ("s_b", "ar3po"), ("s_b", "reinforce-ada")]] \
+        == [0.006, 0.02, 0.04]
+    assert got["s_a", "ar3po"]["verdict"] == "higher" and got["s_a", "ar3po"]["goal_met"]
+    assert got["s_b", "ar3po"]["verdict"] == "no difference shown" and not got["s_b", "ar3po"]["goal_met"]
+    assert got["s_b", "reinforce-ada"]["verdict"] == "lower"
+    assert v["tasks_meeting_goal"] == ["s_a"] and v["goal_met"]
+    assert not suite("s", tmp_path, goal_tasks=3)["goal_met"]
+    # below the fewest seeds for the family, nothing is decided
+    _record(tmp_path, "s_c", "suite_confirm_hard.yaml", {"ar3po": _arm(0.0001, 0.1, 0.05, 0.2, 9.0, 5.0, seeds=5)})
+    assert next(r for r in suite("s", tmp_path)["rows"] if r["record"] == "s_c")["verdict"].startswith("none")
+
+
+def test_a_suite_refuses_an_exploratory_file_and_a_missing_prefix(tmp_path):
+    import pytest
+    from bench_holm import suite
+    with pytest.raises(SystemExit, match="no records named s_"):
+        suite("s", tmp_path)
+    _record(tmp_path, "s_a", "suite_confirm_remainder.yaml", {"ar3po": _arm(0.002, 0.02, 0.005, 0.035, 2.5, 1.2)})
+    s = json.loads((tmp_path / "s_a/summary.json").read_text())
+    (tmp_path / "s_a/summary.json").write_text(json.dumps({**s, "kind": "exploratory"}))
+    with pytest.raises(SystemExit, match="not confirmatory"):
+        suite("s", tmp_path)
