@@ -8,7 +8,9 @@ first steps (`zero_var_frac_gen`). This puts every arm's saving on the tasks of 
 share, so a user can read off what an arm saved at a share near theirs.
 
 Sources (SOURCES): exploratory plan records on each task's validation split, seeds 0-2, against tuned
-GRPO - the same protocol on every task, so the points are comparable, and none is a verdict. Per record,
+GRPO - the same protocol on every task, so the points are comparable, and none is a verdict; then the suite's
+confirmatory plan (suite_confirm_*: test split of a fresh data seed, 10 seeds; its verdicts come from
+`bench_holm.py --suite suite_confirm`), drawn filled beside the open exploratory points. Per record,
 its runs are unpacked into a temporary folder (the record is never written) and the plan report's own
 summary is recomputed over them (bench/plan_report.py `summarize_plan`, as gpu_hours_records.py does), so
 every figure here equals the record's report where the baseline is the plan's. Per task and arm:
@@ -49,6 +51,7 @@ class Source:
     task: str          # the label on the plot
     record: str        # a plan record under benchmarks/results
     arms: tuple        # the arms read from it
+    confirmatory: bool = False  # a preregistered plan on the test split (drawn filled), else exploration
 
 
 SOURCES = (
@@ -58,6 +61,10 @@ SOURCES = (
     Source("testbed", "levers_explore_remainder", ("reinforce-ada", "rl-zvp")),
     Source("hard pool", "pool_hard_explore", ("ar3po", "pods-ar3po", "reinforce-ada", "rl-zvp")),
     Source("easy pool", "pool_easy_explore", ("ar3po", "pods-ar3po", "reinforce-ada")),
+    Source("task 1", "suite_confirm_task1", ("ar3po",), confirmatory=True),
+    Source("testbed", "suite_confirm_remainder", ("ar3po",), confirmatory=True),
+    Source("easy pool", "suite_confirm_easy", ("ar3po", "reinforce-ada"), confirmatory=True),
+    Source("hard pool", "suite_confirm_hard", ("ar3po",), confirmatory=True),
 )
 
 
@@ -102,7 +109,7 @@ def source_figures(src: Source) -> dict:
         plan, _ = load_plan(rec / "plan.yaml")
         s = summarize_plan(plan, out, power_sims=POWER_SIMS)
         best = pick(s, plan)
-        fig = {"task": src.task, "record": src.record, "task_name": plan.task, "task_options": dict(plan.options),
+        fig = {"task": src.task, "record": src.record, "confirmatory": src.confirmatory, "task_name": plan.task, "task_options": dict(plan.options),
                "baseline": plan.baseline, "seeds": list(plan.seeds),
                "p0": initial_share(load_arm(plan, out, plan.baseline)),
                "grpo_pick": best, "grpo_arms": {a: s["arms"][a]["mean_auc"] for a in grpo_arms(plan) if a in s["arms"]},
@@ -123,15 +130,8 @@ def _x(g: dict | None) -> str:
     return f"{txt} [{g['lo']:.2f}, {g['hi']:.2f}]"
 
 
-def markdown(figs: list[dict], command: str) -> str:
-    lines = ["# Compute-to-target against the initial zero-variance share (exploratory)", "",
-             f"`{command}` (issue 43 item 5). Every source is an exploratory plan on its task's validation split,",
-             "seeds 0-2, against tuned GRPO: no figure here is a verdict. p0 = tuned GRPO's mean `zero_var_frac_gen`",
-             f"over its first {P0_STEPS} steps (measured). Compute-to-target: the symmetric definition (80% of tuned",
-             "GRPO's gain), compute units (counts measured, priced by gpu-h100-v1). GPU-hours: modelled under the",
-             "cluster profile (bench/clock.py). 1/(1 - p0) is the most that dropping every zero-variance group for",
-             "free could save if nothing else changed.", "",
-             "| task | p0 | 1/(1-p0) | arm | Δ primary [95% CI] | compute-to-target | GPU-hours to target | record |",
+def _table(figs: list[dict]) -> list[str]:
+    lines = ["| task | p0 | 1/(1-p0) | arm | Δ primary [95% CI] | compute-to-target | GPU-hours to target | record |",
              "|---|---|---|---|---|---|---|---|"]
     for f in figs:
         for a, d in f["arms"].items():
@@ -139,6 +139,26 @@ def markdown(figs: list[dict], command: str) -> str:
             lines.append(f"| {f['task']} | {f['p0']:.3f} | {1 / (1 - f['p0']):.2f} | {a} | "
                          f"{p['diff']:+.4f} [{p['lo']:+.4f}, {p['hi']:+.4f}] | {_x(d['compute_to_target'])} | "
                          f"{_x(d['gpu_hours_to_target'])} | {f['record']} |")
+    return lines
+
+
+def markdown(figs: list[dict], command: str) -> str:
+    explore = [f for f in figs if not f.get("confirmatory")]
+    confirm = [f for f in figs if f.get("confirmatory")]
+    lines = ["# Compute-to-target against the initial zero-variance share", "",
+             f"`{command}` (issue 43 item 5). p0 = tuned GRPO's mean `zero_var_frac_gen` over its first {P0_STEPS}",
+             "steps in each plan's own runs (measured). Compute-to-target: the symmetric definition (80% of tuned",
+             "GRPO's gain), compute units (counts measured, priced by gpu-h100-v1). GPU-hours: modelled under the",
+             "cluster profile (bench/clock.py). 1/(1 - p0) is the most that dropping every zero-variance group for",
+             "free could save if nothing else changed.", "",
+             "## Exploration (validation split of data seed 0, seeds 0-2: no figure here is a verdict)", ""]
+    lines += _table(explore)
+    if confirm:
+        lines += ["", "## The suite's confirmatory plan (test split of data seed 2, seeds 7000-7009)", "",
+                  "The verdicts (Holm over the suite's family of five, two-way interval) are in "
+                  "`suite_confirm.md` (`python benchmarks/bench_holm.py --suite suite_confirm`); the intervals "
+                  "here are the seeds' alone.", ""]
+        lines += _table(confirm)
     lines += ["", "Tuned GRPO per source (mean primary figure over the budget of each GRPO arm; the pick is the best):", ""]
     for f in figs:
         arms = ", ".join(f"{a} {v:.4f}" for a, v in sorted(f["grpo_arms"].items()))
@@ -151,40 +171,49 @@ def markdown(figs: list[dict], command: str) -> str:
 
 
 def plot(figs: list[dict], path: Path) -> None:
+    """Each (task, arm) at its plan's own p0: open circles for exploration, filled squares for the confirmatory
+    plan; "not reached" (ratio 0) drawn at the floor as a down-pointing marker."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    floor, top = 0.25, 10.0  # log axis; "not reached" (ratio 0) is drawn at the floor as a down-pointing marker
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    floor, top = 0.25, 10.0  # log axis
+    fig, ax = plt.subplots(figsize=(9, 4.5))
     arms = sorted({a for f in figs for a in f["arms"]})
     offsets = dict(zip(arms, np.linspace(-0.012, 0.012, len(arms))))  # spread points that share a task's p0
     for i, a in enumerate(arms):
-        pts = [(f["p0"] + offsets[a], f["arms"][a]["compute_to_target"]) for f in figs if a in f["arms"]]
-        pts = [(p, g) for p, g in pts if g and g.get("defined") and np.isfinite(g["ratio"])]
-        shown = [(p, g) for p, g in pts if g["ratio"] > 0]
-        if shown:
-            y = np.array([g["ratio"] for _, g in shown])
-            lo = np.array([max(g["lo"], floor) for _, g in shown])
-            hi = np.array([min(g["hi"], top) for _, g in shown])
-            ax.errorbar([p for p, _ in shown], y, yerr=[np.maximum(y - lo, 0), np.maximum(hi - y, 0)], fmt="o",
-                        capsize=3, label=a, color=f"C{i}")
-        unreached = [p for p, g in pts if g["ratio"] == 0]
-        if unreached:
-            ax.plot(unreached, [floor * 1.08] * len(unreached), "v", color=f"C{i}",
-                    label=None if shown else a)
+        for confirmatory in (False, True):
+            pts = [(f["p0"] + offsets[a], f["arms"][a]["compute_to_target"]) for f in figs
+                   if a in f["arms"] and bool(f.get("confirmatory")) == confirmatory]
+            pts = [(p, g) for p, g in pts if g and g.get("defined") and np.isfinite(g["ratio"])]
+            style = {"color": f"C{i}", "marker": "s" if confirmatory else "o",
+                     "markerfacecolor": f"C{i}" if confirmatory else "none"}
+            label = f"{a} ({'confirmatory' if confirmatory else 'exploratory'})"
+            shown = [(p, g) for p, g in pts if g["ratio"] > 0]
+            if shown:
+                y = np.array([g["ratio"] for _, g in shown])
+                lo = np.array([max(g["lo"], floor) for _, g in shown])
+                hi = np.array([min(g["hi"], top) for _, g in shown])
+                ax.errorbar([p for p, _ in shown], y, yerr=[np.maximum(y - lo, 0), np.maximum(hi - y, 0)],
+                            linestyle="none", capsize=3, label=label, **style)
+            unreached = [p for p, g in pts if g["ratio"] == 0]
+            if unreached:
+                ax.plot(unreached, [floor * 1.08] * len(unreached), linestyle="none",
+                        **{**style, "marker": "v"}, label=None if shown else label)
     p = np.linspace(0.05, 0.9, 100)
     ax.plot(p, 1 / (1 - p), "k--", lw=1, label="1/(1 - p0)")
     ax.axhline(1.0, color="grey", lw=0.8)
-    for f in figs:
-        ax.annotate(f["task"], (f["p0"], top * 0.8), ha="center", fontsize=8, color="grey")
+    for task in sorted({f["task"] for f in figs}):
+        x = np.mean([f["p0"] for f in figs if f["task"] == task])
+        ax.annotate(task, (x, top * 0.8), ha="center", fontsize=8, color="grey")
     ax.set_ylim(floor, top)
     ax.text(0.01, 0.01, "▼ at the floor: not reached within the budget", transform=ax.transAxes, fontsize=7, color="grey")
     ax.set_yscale("log")
     ax.set_xlabel("initial zero-variance share p0 (tuned GRPO, first 3 steps)")
     ax.set_ylabel("compute-to-target vs tuned GRPO (x)")
-    ax.set_title("Saving against the zero-variance share (exploratory; validation, 3 seeds)")
-    ax.legend(fontsize=8)
+    ax.set_title("Saving against the zero-variance share\n(open: validation, 3 seeds; filled: test split, 10 seeds)",
+                 fontsize=10)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -203,9 +232,9 @@ def main(argv=None) -> int:
         figs.append(source_figures(src))
     if missing:
         print(f"zero_var_saving: records not (yet) archived, left out: {', '.join(missing)}")
-    by_task: dict[str, dict] = {}
-    for f in figs:  # a task read from two records: one point per arm, the task's p0 from its first record
-        t = by_task.setdefault(f["task"], {**f, "arms": {}})
+    by_task: dict[tuple, dict] = {}
+    for f in figs:  # a task read from two records of one kind: one point per arm, p0 from its first record
+        t = by_task.setdefault((f["task"], f["confirmatory"]), {**f, "arms": {}})
         t["arms"].update(f["arms"])
     command = "python benchmarks/zero_var_saving.py"
     Path(f"{args.out}.json").write_text(json.dumps({"command": command, "p0_steps": P0_STEPS, "missing": missing,

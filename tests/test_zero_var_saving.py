@@ -57,3 +57,16 @@ def test_a_recorded_source_reads_the_records_own_figures():
             assert d["primary"]["diff"] == pytest.approx(rec["primary"]["diff"], abs=1e-12)
             if "symmetric" in rec:  # older records' summaries predate the symmetric figure
                 assert d["compute_to_target"]["ratio"] == pytest.approx(rec["symmetric"]["ratio"], nan_ok=True)
+
+
+def test_the_confirmatory_plan_gets_its_own_table_and_exploration_never_reads_as_it():
+    from zero_var_saving import markdown
+    g = {"ratio": 1.5, "lo": 1.1, "hi": 2.0, "defined": True}
+    arm = {"primary": {"diff": 0.01, "lo": 0.0, "hi": 0.02}, "compute_to_target": g, "gpu_hours_to_target": g}
+    fig = {"task": "easy pool", "p0": 0.25, "baseline": "grpo", "grpo_arms": {}, "arms": {"ar3po": arm}}
+    md = markdown([{**fig, "record": "pool_easy_explore", "confirmatory": False},
+                   {**fig, "record": "suite_confirm_easy", "confirmatory": True}], "cmd")
+    explore, confirm = md.split("## The suite's confirmatory plan")
+    assert "pool_easy_explore |" in explore and "suite_confirm_easy |" not in explore
+    assert "suite_confirm_easy |" in confirm and "pool_easy_explore |" not in confirm.split("Tuned GRPO")[0]
+    assert "confirmatory plan" not in markdown([{**fig, "record": "pool_easy_explore", "confirmatory": False}], "cmd")
