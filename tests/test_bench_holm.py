@@ -3,6 +3,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
@@ -22,10 +24,16 @@ def test_every_confirmatory_family_joins_and_the_bench_wide_p_is_never_below_the
 
 
 def _record(root: Path, name: str, plan: str, arms: dict) -> None:
-    """A suite file's record: the plan it ran and a summary with the figures `suite` reads."""
+    """A suite file (root/plans/NAME.yaml) and its record (root/NAME): the plan it ran and a summary with the
+    figures `suite` reads. `arms` None: the file has not run yet."""
+    (root / "plans").mkdir(exist_ok=True)
+    text = (ROOT / "benchmarks/plans" / plan).read_text()
+    (root / "plans" / f"{name}.yaml").write_text(text)
+    if arms is None:
+        return
     d = root / name
     d.mkdir()
-    (d / "plan.yaml").write_text((ROOT / "benchmarks/plans" / plan).read_text())
+    (d / "plan.yaml").write_text(text)
     (d / "summary.json").write_text(json.dumps({"kind": "confirmatory", "task": "remainder", "family": list(arms),
                                                 "arms": arms}))
 
@@ -45,7 +53,7 @@ def test_a_suite_is_one_family_over_its_files_judged_by_the_plans_rule(tmp_path)
         "ar3po": _arm(0.01, +0.01, -0.002, +0.02, 3.0, 1.5),          # seeds pass, two-way interval crosses 0
         "reinforce-ada": _arm(0.04, -0.02, -0.03, -0.004, 0.5, 0.2)})  # lower on both
     _record(tmp_path, "other_c", "suite_confirm_hard.yaml", {"ar3po": _arm(1e-6, 0.1, 0.05, 0.2, 9.0, 5.0)})
-    v = suite("s", tmp_path, goal_tasks=1)
+    v = suite("s", tmp_path, tmp_path / "plans", goal_tasks=1)
     assert v["family_size"] == 3 and v["fewest_seeds"] == 7  # ceil(log2(2 * 3 / 0.05)) = ceil(6.91)
     got = {(r["record"], r["arm"]): r for r in v["rows"]}
     assert [round(got[k]["p_suite"], 6) for k in [("s_a", "ar3po"), ("s_b", "ar3po"), ("s_b", "reinforce-ada")]] \
@@ -54,19 +62,25 @@ def test_a_suite_is_one_family_over_its_files_judged_by_the_plans_rule(tmp_path)
     assert got["s_b", "ar3po"]["verdict"] == "no difference shown" and not got["s_b", "ar3po"]["goal_met"]
     assert got["s_b", "reinforce-ada"]["verdict"] == "lower"
     assert v["tasks_meeting_goal"] == ["s_a"] and v["goal_met"]
-    assert not suite("s", tmp_path, goal_tasks=3)["goal_met"]
+    assert not suite("s", tmp_path, tmp_path / "plans", goal_tasks=3)["goal_met"]
+    # a file not run yet joins the family with p = 1: 0.002, 0.01, 0.04, 1 -> 0.008, 0.03, 0.08, 1
+    _record(tmp_path, "s_d", "suite_confirm_hard.yaml", None)
+    v = suite("s", tmp_path, tmp_path / "plans")
+    got = {(r["record"], r["arm"]): r for r in v["rows"]}
+    assert v["family_size"] == 4 and v["not_run"] == ["s_d"] and got["s_d", "ar3po"]["verdict"] == "not run yet"
+    assert got["s_b", "reinforce-ada"]["p_suite"] == pytest.approx(0.08)
+    assert got["s_b", "reinforce-ada"]["verdict"] == "no difference shown"
     # below the fewest seeds for the family, nothing is decided
     _record(tmp_path, "s_c", "suite_confirm_hard.yaml", {"ar3po": _arm(0.0001, 0.1, 0.05, 0.2, 9.0, 5.0, seeds=5)})
-    assert next(r for r in suite("s", tmp_path)["rows"] if r["record"] == "s_c")["verdict"].startswith("none")
+    rows = suite("s", tmp_path, tmp_path / "plans")["rows"]
+    assert next(r for r in rows if r["record"] == "s_c")["verdict"].startswith("none")
 
 
 def test_a_suite_refuses_an_exploratory_file_and_a_missing_prefix(tmp_path):
-    import pytest
     from bench_holm import suite
-    with pytest.raises(SystemExit, match="no records named s_"):
-        suite("s", tmp_path)
-    _record(tmp_path, "s_a", "suite_confirm_remainder.yaml", {"ar3po": _arm(0.002, 0.02, 0.005, 0.035, 2.5, 1.2)})
-    s = json.loads((tmp_path / "s_a/summary.json").read_text())
-    (tmp_path / "s_a/summary.json").write_text(json.dumps({**s, "kind": "exploratory"}))
+    (tmp_path / "plans").mkdir()
+    with pytest.raises(SystemExit, match="no plan files named s_"):
+        suite("s", tmp_path, tmp_path / "plans")
+    _record(tmp_path, "s_a", "pool_easy_explore.yaml", None)
     with pytest.raises(SystemExit, match="not confirmatory"):
-        suite("s", tmp_path)
+        suite("s", tmp_path, tmp_path / "plans")
