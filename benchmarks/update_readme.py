@@ -54,7 +54,11 @@ CONFIRMATORY = (("bench3_confirm_remainder", "benchmarks/plans/remainder_confirm
                 ("bench3_confirm3_task1", "benchmarks/plans/task1_confirm_3.yaml", "1 (arithmetic), plan 3"),
                 ("bench3_confirm_llama", "benchmarks/plans/llama_confirm_1.yaml",
                  "testbed, Llama 6.0M (primary: sampled)"),
-                ("task1_confirm_4", "benchmarks/plans/task1_confirm_4.yaml", "1 (arithmetic), plan 4: fresh data"))
+                ("task1_confirm_4", "benchmarks/plans/task1_confirm_4.yaml", "1 (arithmetic), plan 4: fresh data"),
+                # the suite's plan, a file per task (its Holm over the five: bench_holm.py --suite suite_confirm)
+                *((f"suite_confirm_{k}", f"benchmarks/plans/suite_confirm_{k}.yaml", f"suite: {label}, data seed 2")
+                  for k, label in (("task1", "task 1"), ("remainder", "testbed"), ("easy", "easy pool"),
+                                   ("hard", "hard pool"))))
 
 EXPLORATORY = "exploratory: the composition was chosen after these seeds' results were seen"
 # Task 2's rows in the summary: (record, variant, label). A record is a bench directory (its summary.json, from

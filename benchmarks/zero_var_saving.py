@@ -203,9 +203,9 @@ def plot(figs: list[dict], path: Path) -> None:
     p = np.linspace(0.05, 0.9, 100)
     ax.plot(p, 1 / (1 - p), "k--", lw=1, label="1/(1 - p0)")
     ax.axhline(1.0, color="grey", lw=0.8)
-    for task in sorted({f["task"] for f in figs}):
-        x = np.mean([f["p0"] for f in figs if f["task"] == task])
-        ax.annotate(task, (x, top * 0.8), ha="center", fontsize=8, color="grey")
+    for f in figs:  # each plan's label at its own p0: exploration on the top row, the confirmatory plan below
+        ax.annotate(f["task"], (f["p0"], top * (0.55 if f.get("confirmatory") else 0.8)), ha="center", fontsize=7,
+                    color="grey", rotation=90 if f.get("confirmatory") else 0)
     ax.set_ylim(floor, top)
     ax.text(0.01, 0.01, "▼ at the floor: not reached within the budget", transform=ax.transAxes, fontsize=7, color="grey")
     ax.set_yscale("log")
