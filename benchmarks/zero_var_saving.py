@@ -61,6 +61,7 @@ SOURCES = (
     Source("testbed", "levers_explore_remainder", ("reinforce-ada", "rl-zvp")),
     Source("hard pool", "pool_hard_explore", ("ar3po", "pods-ar3po", "reinforce-ada", "rl-zvp")),
     Source("easy pool", "pool_easy_explore", ("ar3po", "pods-ar3po", "reinforce-ada")),
+    Source("hard pool (level 6)", "pool_l6_explore", ("ar3po", "pods-ar3po", "reinforce-ada", "rl-zvp")),
     Source("task 1", "suite_confirm_task1", ("ar3po",), confirmatory=True),
     Source("testbed", "suite_confirm_remainder", ("ar3po",), confirmatory=True),
     Source("easy pool", "suite_confirm_easy", ("ar3po", "reinforce-ada"), confirmatory=True),
