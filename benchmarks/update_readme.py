@@ -58,7 +58,9 @@ CONFIRMATORY = (("bench3_confirm_remainder", "benchmarks/plans/remainder_confirm
                 # the suite's plan, a file per task (its Holm over the five: bench_holm.py --suite suite_confirm)
                 *((f"suite_confirm_{k}", f"benchmarks/plans/suite_confirm_{k}.yaml", f"suite: {label}, data seed 2")
                   for k, label in (("task1", "task 1"), ("remainder", "testbed"), ("easy", "easy pool"),
-                                   ("hard", "hard pool"))))
+                                   ("hard", "hard pool"))),
+                # the hard pool after its reweighting (level 6), a family of its own
+                ("pool_l6_confirm", "benchmarks/plans/pool_l6_confirm.yaml", "hard pool, level 6, data seed 2"))
 
 EXPLORATORY = "exploratory: the composition was chosen after these seeds' results were seen"
 # Task 2's rows in the summary: (record, variant, label). A record is a bench directory (its summary.json, from

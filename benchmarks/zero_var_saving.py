@@ -10,7 +10,8 @@ share, so a user can read off what an arm saved at a share near theirs.
 Sources (SOURCES): exploratory plan records on each task's validation split, seeds 0-2, against tuned
 GRPO - the same protocol on every task, so the points are comparable, and none is a verdict; then the suite's
 confirmatory plan (suite_confirm_*: test split of a fresh data seed, 10 seeds; its verdicts come from
-`bench_holm.py --suite suite_confirm`), drawn filled beside the open exploratory points. Per record,
+`bench_holm.py --suite suite_confirm`) and the hard pool's after its reweighting (pool_l6_confirm, a family
+of its own), drawn filled beside the open exploratory points. Per record,
 its runs are unpacked into a temporary folder (the record is never written) and the plan report's own
 summary is recomputed over them (bench/plan_report.py `summarize_plan`, as gpu_hours_records.py does), so
 every figure here equals the record's report where the baseline is the plan's. Per task and arm:
@@ -66,6 +67,7 @@ SOURCES = (
     Source("testbed", "suite_confirm_remainder", ("ar3po",), confirmatory=True),
     Source("easy pool", "suite_confirm_easy", ("ar3po", "reinforce-ada"), confirmatory=True),
     Source("hard pool", "suite_confirm_hard", ("ar3po",), confirmatory=True),
+    Source("hard pool (level 6)", "pool_l6_confirm", ("ar3po",), confirmatory=True),
 )
 
 
