@@ -5,8 +5,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from rollwise.bench import plan as planmod
+from rollwise.bench.environment import describe, environment
 from rollwise.bench.runner import run_dir
 from rollwise.cli import main
 
@@ -138,6 +140,11 @@ def test_a_tiny_plan_runs_end_to_end_resumes_and_refuses_a_changed_plan(tmp_path
     # the record names the data seed and split: the plan's, and every run's own settings
     record = json.loads((out / "plan_record.json").read_text())
     assert record["task_options"] == {"data_seed": 0, "split": "validation"}
+    # and where it ran: the plan at its start, each run where it finished, the report in one line
+    here = environment()
+    assert record["environment"] == here and here["packages"]["torch"] == torch.__version__
+    assert all(json.loads(d.read_text())["environment"] == here for d in out.rglob("done.json"))
+    assert f"- Runs made in one environment: {describe(here)}.\n" in (out / "report.md").read_text()
     runs = [json.loads(b.read_text())["settings"]["task_options"] for b in out.rglob("bench.json")]
     assert len(runs) == 18 and all((o["data_seed"], o["split"]) == (0, "validation") for o in runs)
     summary = json.loads((out / "summary.json").read_text())

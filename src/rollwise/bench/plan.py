@@ -24,6 +24,7 @@ from typing import Annotated, Any
 
 from ..core import schema, trust
 from ..core.schema import SEED, Float, Int, Rule, at_least, checked, finite, one_of
+from .environment import environment
 from .runner import BenchConfig, safe_name
 
 KINDS = ("exploratory", "confirmatory")
@@ -588,7 +589,7 @@ def record_plan(plan: Plan, raw: bytes, plan_path: Path, out: Path) -> None:
         f.write(raw)
     with open(out / "plan_record.json", "x") as f:
         json.dump({"plan": str(plan_path), "sha256": digest, "kind": plan.kind, "data": data_split_note(plan),
-                   "task_options": task_options(plan), **git}, f, indent=1)
+                   "task_options": task_options(plan), **git, "environment": environment()}, f, indent=1)
     with open(have, "x") as f:  # last: its presence means the record is complete
         f.write(f"{digest}  plan.yaml\n")
 

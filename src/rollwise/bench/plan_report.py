@@ -24,6 +24,7 @@ import numpy as np
 
 from .report import not_defined, task_words
 from . import clock, costs, curvefit, stats
+from .environment import environments_note
 from ..run.evaluate import OUTCOMES, unpack_outcomes
 from .plan import Plan, arm_config, data_split_note
 from .report import _html, load_run
@@ -52,7 +53,8 @@ def load_arm(plan: Plan, out: Path, arm: str) -> list[dict | None]:
             runs.append(None)
             continue
         config = json.loads((d / "config.json").read_text()) if (d / "config.json").exists() else None
-        runs.append({"rows": load_run(d), "config": config, "outcomes": load_outcomes(d)})
+        environment = json.loads((d / "done.json").read_text()).get("environment")
+        runs.append({"rows": load_run(d), "config": config, "outcomes": load_outcomes(d), "environment": environment})
     return runs
 
 
@@ -189,6 +191,9 @@ def summarize_plan(plan: Plan, out: Path, bootstrap_seed: int = 0, power_sims: i
                "profile_sources": profile.sources, "budget_tokens": plan.budget_tokens, "family": plan.family,
                "family_size": len(plan.family), "alpha": plan.alpha, "goal_ratio": plan.goal_ratio,
                "decide_on": plan.decide_on, "chosen_from": plan.chosen_from, "replication": plan.replication, "seeds": plan.seeds, "arms": {}}
+    note = environments_note([r["environment"] if r else None for rs in runs.values() for r in rs if r is not None])
+    if note:  # absent from records made before runs recorded their environment, so those read as before
+        summary["environment"] = note
     if plan.budget_gpu_seconds:  # runs ended on modelled GPU-seconds (issue 41); absent otherwise, as before
         summary.update(budget_gpu_seconds=plan.budget_gpu_seconds, cluster=plan.cluster, length_scale=plan.length_scale,
                        evaluations=plan.evaluations)
@@ -362,6 +367,7 @@ def markdown(summary: dict) -> str:
              f"{_prompts(summary)}.",
              f"- Baseline `{summary['baseline']}`; seeds {summary['seeds'][0]}–{summary['seeds'][-1]} "
              f"({len(summary['seeds'])}).",
+             *([f"- {summary['environment']}"] if summary.get("environment") else []),
              (f"- Budget {summary['budget_compute']:,.0f} compute units under `{summary['profile']}` (figures are read "
               f"there); runs end at {summary['budget_tokens']:,} budget tokens (recorded alongside)."
               if not summary.get("budget_gpu_seconds") else

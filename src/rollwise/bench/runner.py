@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..run.records import read_rows
+from .environment import environment
 
 # Difficulty mixes of the arithmetic task's train pool (weights of levels 1..6). The default is chosen so
 # that roughly 30-60% of GRPO's groups are zero-variance at the base checkpoint, as the papers report on
@@ -437,7 +438,8 @@ def _run_processes(queue: list, jobs: int, running: list, env: dict, log) -> Non
                 partial = d / "cpu_partial.json"  # stopped parts before this one (a resumed run)
                 cpu += json.loads(partial.read_text())["cpu_seconds"] if partial.exists() else 0.0
                 (d / "done.json").write_text(json.dumps({"seconds": time.perf_counter() - t0, "cpu_seconds": cpu,
-                                                         "warnings": warnings, **metrics_record(d)}))
+                                                         "warnings": warnings, **metrics_record(d),
+                                                         "environment": environment()}))
                 log(f"bench: done {name} in {time.perf_counter() - t0:.0f}s")
             else:
                 failures.append(d)

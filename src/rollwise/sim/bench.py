@@ -82,7 +82,8 @@ def run_sim_bench(cfg, mix: str, planner: str, seed: int, out_dir: Path, log=pri
 
     rows = budget_rows(sim, cfg.budget_tokens, eval_tokens(cfg))
     (out_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    from ..bench.environment import environment
     from ..bench.runner import metrics_record
 
     (out_dir / "done.json").write_text(json.dumps({"engine": "sim", "profile": cfg.sim_profile,
-                                                   **metrics_record(out_dir)}))
+                                                   **metrics_record(out_dir), "environment": environment()}))
