@@ -39,7 +39,8 @@ def environment() -> dict:
             packages[name] = version(name)
         except PackageNotFoundError:
             packages[name] = None
-    return {"cpu": cpu_model(), "machine": platform.machine(), "torch_cpu_kernels": torch.backends.cpu.get_cpu_capability(),
+    return {"cpu": cpu_model(), "machine": platform.machine(),
+            "torch_cpu_kernels": torch.backends.cpu.get_cpu_capability(),  # AVX512, AVX2, DEFAULT, ...
             "python": platform.python_version(), "packages": packages}
 
 
