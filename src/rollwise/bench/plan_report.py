@@ -191,7 +191,7 @@ def summarize_plan(plan: Plan, out: Path, bootstrap_seed: int = 0, power_sims: i
                "profile_sources": profile.sources, "budget_tokens": plan.budget_tokens, "family": plan.family,
                "family_size": len(plan.family), "alpha": plan.alpha, "goal_ratio": plan.goal_ratio,
                "decide_on": plan.decide_on, "chosen_from": plan.chosen_from, "replication": plan.replication, "seeds": plan.seeds, "arms": {}}
-    note = environments_note([r["environment"] if r else None for rs in runs.values() for r in rs if r is not None])
+    note = environments_note([r["environment"] for rs in runs.values() for r in rs if r is not None])
     if note:  # absent from records made before runs recorded their environment, so those read as before
         summary["environment"] = note
     if plan.budget_gpu_seconds:  # runs ended on modelled GPU-seconds (issue 41); absent otherwise, as before
